@@ -1,0 +1,54 @@
+"""Core pytrees shared across the library.
+
+Everything is **time-major**: a rollout of `T` steps over a batch `B` stores arrays
+of shape `[T, B, ...]`. Estimators accept `[T, ...]` with any trailing batch dims.
+Layout conversion (time-major <-> batch-major) happens only in `to_batch_major`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Tuple
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+PRNGKey = jax.Array
+Params = Any
+
+# A policy maps `(params, obs, key) -> (action, log_prob, extras)`.
+#   obs:      a single observation pytree (the rollout engine vmaps over envs), or a
+#             batch if the caller vmaps itself.
+#   action:   [] int32 (discrete) for a single observation.
+#   log_prob: [] float32, log pi(action | obs).
+#   extras:   any pytree (e.g. {"value": []}), stored per step in `Trajectory.extras`.
+PolicyFn = Callable[[Params, Any, PRNGKey], Tuple[Array, Array, Any]]
+
+
+class Trajectory(NamedTuple):
+  """A time-major batch of transitions, `T` steps by batch dims `B...`.
+
+  Step `t` records: the observation the agent acted on, the action taken, and what the
+  environment returned for it. With auto-reset, `obs[t + 1]` is the first observation of
+  a new episode whenever `terminated[t] | truncated[t]`; the observation that ended the
+  old episode is kept in `final_obs[t]` so a truncated step can bootstrap from it.
+  """
+  obs: Any                 # [T, B..., *obs_shape]  observation acted on at step t
+  actions: Array           # [T, B...]              action at step t
+  rewards: Array           # [T, B...] float32      reward for step t
+  terminated: Array        # [T, B...] bool         episode ended in a terminal state at t
+  truncated: Array         # [T, B...] bool         episode cut by the time limit at t
+  log_probs: Array         # [T, B...] float32      log pi(a_t | o_t) under the behaviour policy
+  final_obs: Any           # [T, B..., *obs_shape]  observation after step t, before any reset
+  valid: Array             # [T, B...] bool         step belongs to an episode (False after its end)
+  extras: Any              # pytree of [T, B..., ...] from the policy (e.g. values)
+  info: Any                # dict of [T, B..., ...] env infos (e.g. "pivotal" for KeyChain)
+
+  @property
+  def dones(self) -> Array:
+    """[T, B...] bool: the episode ended at step t (either kind of boundary)."""
+    return jnp.logical_or(self.terminated, self.truncated)
+
+
+def to_batch_major(tree: Any) -> Any:
+  """Swaps the leading two axes of every leaf: `[T, B, ...] -> [B, T, ...]`."""
+  return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), tree)
