@@ -1,0 +1,205 @@
+"""Pieces every recipe shares: the train state, the `Train` object, the optimizer step,
+environment construction, networks from config, and episode statistics.
+
+A recipe module provides `make_train(config) -> Train`. A `Train` is callable as
+`train(key, hparams=None) -> (final_state, metrics)` and is pure: `jax.jit(train)` compiles
+the whole run, `jax.vmap(train)` runs seeds side by side, and because every numeric
+hyperparameter a sweep varies is a leaf of `hparams` (a dict of float32 scalars), a sweep
+over them is `jax.vmap(train)(keys, hparams_batch)` with no recompile. Shape-changing
+settings (batch sizes, horizon, group size, epochs) stay static in the config.
+
+`Train.init` and `Train.run` expose the two halves so the host can run training in
+compiled chunks of U updates (progress, checkpoints) with the state carried between them.
+Because the RNG key lives in the state, chunked and unchunked runs produce the same numbers.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from credit_jax import envs, networks
+from credit_jax.algos import history
+
+Array = jax.Array
+Hparams = Dict[str, Array]
+Metrics = Dict[str, Array]
+
+
+class ConfigError(ValueError):
+  """A config field holds a value the recipe cannot run with; the message names it."""
+
+
+def require(ok: bool, field: str, message: str) -> None:
+  """Raises `ConfigError("config.<field>: <message>")` unless `ok`."""
+  if not ok:
+    raise ConfigError(f"config.{field}: {message}")
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything a run needs to continue exactly; a leading seed axis when vmapped."""
+  params: Any      # network parameters
+  opt_state: Any   # optax state (Adam moments and counts)
+  key: Array       # [2] uint32: the run's RNG key, split once per update
+  update: Array    # [] int32: updates done so far
+  aux: Any         # recipe-specific carry (env state, last observation, reference params, ...)
+
+
+class Train:
+  """A compiled-friendly training run: `train(key, hparams=None) -> (state, metrics)`.
+
+  Attributes:
+    config: the (validated) config it was made from.
+    num_updates: updates in a full run.
+    env_steps_per_update: environment steps one seed takes per update.
+    default_hparams: `{name: [] float32}` taken from the config.
+    headline: metric names worth printing in progress lines, most important first.
+  """
+
+  def __init__(self, *, config, init_fn: Callable, update_fn: Callable,
+               default_hparams: Hparams, num_updates: int, env_steps_per_update: int,
+               headline: Tuple[str, ...]):
+    self.config = config
+    self._init_fn = init_fn
+    self._update_fn = update_fn
+    self.default_hparams = {k: jnp.asarray(v, jnp.float32) for k, v in default_hparams.items()}
+    self.num_updates = int(num_updates)
+    self.env_steps_per_update = int(env_steps_per_update)
+    self.headline = tuple(headline)
+
+  def _hparams(self, hparams: Optional[Mapping[str, Any]]) -> Hparams:
+    if hparams is None:
+      return self.default_hparams
+    if set(hparams) != set(self.default_hparams):
+      raise ValueError(
+          f"hparams must have exactly the keys {sorted(self.default_hparams)}, got "
+          f"{sorted(hparams)}")
+    return {k: jnp.asarray(v, jnp.float32) for k, v in hparams.items()}
+
+  def init(self, key: Array, hparams: Optional[Mapping[str, Any]] = None) -> TrainState:
+    """A fresh `TrainState` from `key` ([2] uint32 or a typed key)."""
+    key = _raw_key(key)
+    return self._init_fn(key, self._hparams(hparams))
+
+  def update(self, state: TrainState,
+             hparams: Optional[Mapping[str, Any]] = None) -> Tuple[TrainState, Metrics]:
+    """One update (collect + learn); metrics are `{name: []}` scalars."""
+    return self._update_fn(state, self._hparams(hparams))
+
+  def run(self, state: TrainState, hparams: Optional[Mapping[str, Any]],
+          num_updates: int) -> Tuple[TrainState, Metrics]:
+    """`num_updates` updates in one `lax.scan`; metrics are `{name: [num_updates]}`."""
+    hp = self._hparams(hparams)
+    return jax.lax.scan(lambda s, _: self._update_fn(s, hp), state, None,
+                        length=int(num_updates))
+
+  def __call__(self, key: Array, hparams: Optional[Mapping[str, Any]] = None
+               ) -> Tuple[TrainState, Metrics]:
+    """The whole run: init, then `num_updates` updates; metrics `{name: [num_updates]}`."""
+    return self.run(self.init(key, hparams), hparams, self.num_updates)
+
+
+def _raw_key(key: Array) -> Array:
+  # Raw uint32 keys keep the state checkpointable by orbax without key-type handlers.
+  if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+    return jax.random.key_data(key)
+  return key
+
+
+# --- optimisation -----------------------------------------------------------------------
+
+def make_optimizer(max_grad_norm: Array, adam_eps: float) -> optax.GradientTransformation:
+  """Gradient clipping then Adam's scaling; the learning rate is applied by `apply_gradients`.
+
+  The optimizer state holds no hyperparameter, so `max_grad_norm` may be a traced value
+  and the learning rate can be annealed or swept without `inject_hyperparams`.
+  """
+  return optax.chain(optax.clip_by_global_norm(max_grad_norm),
+                     optax.scale_by_adam(eps=adam_eps))
+
+
+def learning_rate(lr: Array, update: Array, num_updates: int, anneal: bool) -> Array:
+  """`lr`, linearly annealed to 0 over `num_updates` when `anneal` (per update, not per step)."""
+  if not anneal:
+    return lr
+  return lr * (1.0 - update.astype(jnp.float32) / num_updates)
+
+
+def apply_gradients(params, opt_state, grads, lr: Array, max_grad_norm: Array,
+                    adam_eps: float):
+  """One optimizer step; returns `(params, opt_state, grad_norm [])` (norm before clipping)."""
+  tx = make_optimizer(max_grad_norm, adam_eps)
+  updates, opt_state = tx.update(grads, opt_state, params)
+  params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
+  return params, opt_state, optax.global_norm(grads)
+
+
+# --- environments and networks --------------------------------------------------------
+
+def make_env(config):
+  """`(env, env_params)` for `config.env_name` with `config.env_kwargs` overrides, wrapped in
+  a `HistoryWrapper` of `config.history_window` observations when that is > 0."""
+  kwargs = dict(config.get("env_kwargs", {}) or {})
+  env, env_params = envs.make(config.env_name, **kwargs)
+  window = int(config.get("history_window", 0) or 0)
+  if window > 0:
+    env = history.HistoryWrapper(env, window)
+  return env, env_params
+
+
+def make_network(config, env, env_params, value_head: bool):
+  """The actor-critic for `config.network` on `env`'s observations."""
+  net = config.network
+  obs_shape = env.observation_space(env_params).shape
+  # obs_shape is the wrapped env's ([W, D] with a history window), so obs_rank covers it.
+  network = networks.ActorCritic(
+      num_actions=env.num_actions, hidden_sizes=tuple(net.hidden_sizes),
+      activation=net.activation, shared_torso=net.shared_torso, value_head=value_head,
+      obs_rank=len(obs_shape))
+  return network, obs_shape
+
+
+def init_params(network, key: Array, obs_shape):
+  return network.init(key, jnp.zeros(obs_shape, jnp.float32))
+
+
+# --- statistics -------------------------------------------------------------------------
+
+def masked_mean(x: Array, mask: Array) -> Array:
+  """Mean of `x` over entries where `mask` is True (0 when none is); same shapes."""
+  mask = mask.astype(x.dtype)
+  return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def continuing_episode_stats(rewards: Array, dones: Array, running: Array,
+                             previous_mean: Array) -> Tuple[Array, Array, Array]:
+  """Returns of episodes that end inside a fixed-length, auto-resetting rollout.
+
+  Args:
+    rewards: [T, B] rewards.
+    dones: [T, B] bool, an episode ended at step t.
+    running: [B] return accumulated so far by each env's current episode.
+    previous_mean: [] the value to report when no episode ended in this rollout.
+
+  Returns:
+    `(running [B], mean_return [], num_episodes [])`: the carried partial returns, the
+    mean return of the episodes that ended (or `previous_mean`), and how many ended.
+  """
+  if rewards.shape != dones.shape or rewards.shape[1:] != running.shape:
+    raise ValueError(
+        f"rewards [T, B], dones [T, B] and running [B] disagree: {rewards.shape}, "
+        f"{dones.shape}, {running.shape}")
+
+  def step(acc, x):
+    r, d = x
+    total = acc + r
+    return jnp.where(d, 0.0, total), jnp.where(d, total, 0.0)
+
+  running, ended = jax.lax.scan(step, running, (rewards, dones))
+  count = jnp.sum(dones)
+  mean = jnp.where(count > 0, jnp.sum(ended) / jnp.maximum(count, 1), previous_mean)
+  return running, mean, count.astype(jnp.float32)

@@ -1,0 +1,155 @@
+"""GRPO: group-relative advantages from K rollouts per task, no value function.
+
+One update samples `num_tasks` start states and runs `group_size` (K) episodes from each
+(the group rollout: same start state, independent action keys), scores each episode by its
+return, and turns the K returns of a task into advantages with `cj.group_advantages`
+("grpo": (R - mean) / (std + eps); "rloo": leave-one-out mean baseline; "drgrpo": R - mean,
+no std division). Every step of an episode gets its episode's advantage. The policy then
+takes `update_epochs` passes over `num_minibatches` minibatches of tasks on the clipped
+surrogate, minus an entropy bonus, plus (optionally) `kl_coef` times a KL penalty to the
+frozen initial policy.
+
+A group whose K returns are all equal carries no signal (its advantages are exactly 0);
+the fraction of such degenerate groups is logged every update as `degenerate_frac`, the
+quantity that explains why GRPO stalls on hard sparse tasks.
+
+Loss aggregation (`config.loss_aggregation`) decides how per-step terms are averaged:
+  "token_mean":    over all valid steps of the minibatch;
+  "sequence_mean": per episode over its steps, then over episodes (GRPO as published);
+  "constant":      summed and divided by (episodes x horizon), Dr. GRPO's length-unbiased
+                   normaliser.
+
+Hyperparameters in `hparams` (traced): lr, clip_eps, ent_coef, kl_coef, max_grad_norm.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+import credit_jax as cj
+from credit_jax import networks, rollout
+from credit_jax.algos import common, losses
+
+HPARAMS = ("lr", "clip_eps", "ent_coef", "kl_coef", "max_grad_norm")
+ADVANTAGES = ("grpo", "rloo", "drgrpo")
+AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
+
+
+def validate_config(config) -> None:
+  """Raises `ConfigError` naming the first GRPO field that cannot run."""
+  req = common.require
+  req(int(config.group_size) >= 2, "group_size",
+      f"a group needs at least 2 rollouts to compare, got {config.group_size}")
+  for f in ("num_tasks", "horizon", "num_updates", "update_epochs", "num_minibatches"):
+    req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
+  req(config.num_tasks % config.num_minibatches == 0, "num_minibatches",
+      f"num_tasks={config.num_tasks} is not divisible by num_minibatches="
+      f"{config.num_minibatches} (minibatches split whole groups)")
+  req(config.advantage in ADVANTAGES, "advantage",
+      f"must be one of {ADVANTAGES}, got {config.advantage!r}")
+  req(config.loss_aggregation in AGGREGATIONS, "loss_aggregation",
+      f"must be one of {AGGREGATIONS}, got {config.loss_aggregation!r}")
+  req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
+  for f in ("ent_coef", "kl_coef"):
+    req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+
+
+def aggregate(x, valid, kind: str):
+  """Averages per-step terms `x: [T, N, K]` over valid steps as `kind` says; returns []."""
+  valid = valid.astype(x.dtype)
+  if kind == "token_mean":
+    return jnp.sum(x * valid) / jnp.maximum(jnp.sum(valid), 1.0)
+  if kind == "sequence_mean":
+    per_seq = jnp.sum(x * valid, axis=0) / jnp.maximum(jnp.sum(valid, axis=0), 1.0)
+    return jnp.mean(per_seq)
+  return jnp.sum(x * valid) / x.size
+
+
+def make_train(config) -> common.Train:
+  """`Train` for GRPO on `config.env_name`; see `common.Train` for how to call it."""
+  env, env_params = common.make_env(config)
+  network, obs_shape = common.make_network(config, env, env_params, value_head=False)
+  policy_fn = networks.make_policy_fn(network)
+  num_tasks, group, horizon = int(config.num_tasks), int(config.group_size), int(config.horizon)
+  n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
+  n_updates = int(config.num_updates)
+  adam_eps = float(config.adam_eps)
+  use_kl = bool(config.use_reference_kl)
+  kind, agg = str(config.advantage), str(config.loss_aggregation)
+
+  def init_fn(key, hp):
+    k_params, k_run = jax.random.split(key)
+    params = common.init_params(network, k_params, obs_shape)
+    opt_state = common.make_optimizer(hp["max_grad_norm"], adam_eps).init(params)
+    # The reference policy is the initial one, frozen; it rides in the state so a
+    # resumed run penalises the same reference.
+    aux = {"ref_params": params} if use_kl else {}
+    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
+                             update=jnp.zeros((), jnp.int32), aux=aux)
+
+  def loss_fn(params, mb, ref_params, hp):
+    logits, _ = network.apply(params, mb["obs"])                       # [T, n, K, A]
+    log_probs = networks.categorical_log_prob(logits, mb["actions"])   # [T, n, K]
+    pg, clipped, approx_kl = losses.clipped_surrogate(
+        log_probs, mb["log_probs"], mb["advantages"], hp["clip_eps"])
+    entropy = networks.categorical_entropy(logits)
+    valid = mb["valid"]
+    loss = aggregate(pg, valid, agg) - hp["ent_coef"] * aggregate(entropy, valid, agg)
+    kl = jnp.zeros(())
+    if use_kl:
+      ref_logits, _ = network.apply(ref_params, mb["obs"])
+      ref_log_probs = networks.categorical_log_prob(ref_logits, mb["actions"])
+      kl = aggregate(losses.kl_to_reference(log_probs, ref_log_probs), valid, agg)
+      loss = loss + hp["kl_coef"] * kl
+    return loss, {"policy_loss": aggregate(pg, valid, agg), "kl_ref": kl,
+                  "entropy": common.masked_mean(entropy, valid),
+                  "clip_frac": common.masked_mean(clipped, valid),
+                  "approx_kl": common.masked_mean(approx_kl, valid)}
+
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def update_fn(state, hp):
+    key, k_roll, k_perm = jax.random.split(state.key, 3)
+    traj = rollout.collect_groups(env, env_params, policy_fn, state.params, k_roll,
+                                  num_tasks, group, horizon)            # [T, N, K]
+    valid = traj.valid
+    returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
+    adv, degenerate = cj.group_advantages(returns, kind=kind)          # [N, K], [N]
+    step_adv = jnp.broadcast_to(adv[None], valid.shape)                # [T, N, K]
+    # Minibatches split the task axis (axis 1), so every group stays whole.
+    data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
+            "advantages": step_adv, "valid": valid}
+    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    ref_params = state.aux.get("ref_params")
+
+    def minibatch_step(carry, mb):
+      p, o = carry
+      (loss, m), grads = grad_fn(p, mb, ref_params, hp)
+      p, o, gnorm = common.apply_gradients(p, o, grads, lr, hp["max_grad_norm"], adam_eps)
+      return (p, o), {"loss": loss, "grad_norm": gnorm, **m}
+
+    def epoch(carry, k):
+      perm = jax.random.permutation(k, num_tasks)
+
+      def split(x):
+        x = jnp.take(x, perm, axis=1)
+        x = x.reshape((x.shape[0], n_mb, num_tasks // n_mb) + x.shape[2:])
+        return jnp.moveaxis(x, 1, 0)  # [M, T, n, K, ...]: scan over M, time-major inside
+      return jax.lax.scan(minibatch_step, carry, jax.tree.map(split, data))
+
+    (params, opt_state), m = jax.lax.scan(epoch, (state.params, state.opt_state),
+                                          jax.random.split(k_perm, n_epochs))
+    metrics = jax.tree.map(jnp.mean, m)
+    metrics.update({
+        "lr": lr, "return": returns.mean(),
+        "success": jnp.mean((returns > 0).astype(jnp.float32)),
+        "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
+        "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()})
+    return common.TrainState(params=params, opt_state=opt_state, key=key,
+                             update=state.update + 1, aux=state.aux), metrics
+
+  return common.Train(
+      config=config, init_fn=init_fn, update_fn=update_fn,
+      default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
+      env_steps_per_update=num_tasks * group * horizon,
+      headline=("success", "degenerate_frac"))

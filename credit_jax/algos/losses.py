@@ -1,0 +1,83 @@
+"""Per-step policy-gradient loss terms shared by the recipes.
+
+Each function works elementwise on arrays of one shape `[...]` (any batch layout) and
+returns per-element terms; the recipes choose how to aggregate (mean over a minibatch,
+masked token mean, per-sequence mean...). Keeping aggregation out of here is what lets
+PPO, GRPO and REINFORCE share them.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def _same_shape(**arrays: Array) -> None:
+  shapes = {k: jnp.shape(v) for k, v in arrays.items()}
+  if len(set(shapes.values())) != 1:
+    raise ValueError(f"arguments must share one shape [...], got {shapes}")
+
+
+def clipped_surrogate(log_probs: Array, old_log_probs: Array, advantages: Array,
+                      clip_eps: Array) -> Tuple[Array, Array, Array]:
+  """PPO's clipped surrogate objective, as a loss to minimise.
+
+  Args:
+    log_probs: [...] log pi_theta(a|s) under the parameters being optimised.
+    old_log_probs: [...] log pi(a|s) under the behaviour policy that sampled the data.
+    advantages: [...] advantages (treated as constants).
+    clip_eps: [] ratio clip range.
+
+  Returns:
+    `(loss [...], clipped [...] float 0/1, approx_kl [...])`: the per-step loss, whether
+    the clip was active, and the `(ratio - 1) - log ratio` estimate of KL(old || new).
+  """
+  _same_shape(log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
+  advantages = jax.lax.stop_gradient(advantages)
+  log_ratio = log_probs - old_log_probs
+  ratio = jnp.exp(log_ratio)
+  unclipped = ratio * advantages
+  clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
+  loss = -jnp.minimum(unclipped, clipped)
+  clip_active = (jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32)
+  approx_kl = jax.lax.stop_gradient((ratio - 1.0) - log_ratio)
+  return loss, clip_active, approx_kl
+
+
+def value_loss(values: Array, targets: Array, old_values: Array = None,
+               clip_eps: Array = None) -> Array:
+  """Half squared error `[...]`, optionally PPO-clipped around `old_values`.
+
+  With `clip_eps`, the prediction may move at most `clip_eps` from `old_values` before
+  the loss stops rewarding the move (the larger of the clipped and unclipped errors).
+  """
+  _same_shape(values=values, targets=targets)
+  targets = jax.lax.stop_gradient(targets)
+  err = jnp.square(values - targets)
+  if clip_eps is None:
+    return 0.5 * err
+  if old_values is None:
+    raise ValueError("value_loss: clip_eps needs old_values")
+  _same_shape(values=values, old_values=old_values)
+  clipped = old_values + jnp.clip(values - old_values, -clip_eps, clip_eps)
+  return 0.5 * jnp.maximum(err, jnp.square(clipped - targets))
+
+
+def reinforce(log_probs: Array, advantages: Array) -> Array:
+  """Score-function loss `-log pi(a|s) * A` per step `[...]` (A treated as a constant)."""
+  _same_shape(log_probs=log_probs, advantages=advantages)
+  return -log_probs * jax.lax.stop_gradient(advantages)
+
+
+def kl_to_reference(log_probs: Array, ref_log_probs: Array) -> Array:
+  """Per-step KL(pi || pi_ref) estimate `[...]` from log-probs of the sampled actions.
+
+  The "k3" estimator `exp(d) - d - 1` with `d = log pi_ref - log pi`: non-negative and
+  unbiased for samples drawn from pi (the estimator GRPO uses).
+  """
+  _same_shape(log_probs=log_probs, ref_log_probs=ref_log_probs)
+  d = jax.lax.stop_gradient(ref_log_probs) - log_probs
+  return jnp.exp(d) - d - 1.0

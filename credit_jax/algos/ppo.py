@@ -1,0 +1,138 @@
+"""PPO with GAE and a value head, on fixed-length auto-resetting rollouts.
+
+One update: collect `num_steps` steps from `num_envs` environments (episodes continue
+across updates), compute GAE with episode boundaries as data (a terminated step does not
+bootstrap; a truncated one bootstraps from the value of its final observation, which the
+auto-reset would otherwise hide), then `update_epochs` passes of `num_minibatches`
+shuffled minibatches of the clipped surrogate + value loss - entropy bonus.
+
+Defaults reproduce PureJaxRL's CartPole setting (4 envs x 128 steps, 4 epochs x 4
+minibatches, lr 2.5e-4 annealed, gamma .99, lambda .95, clip .2, entropy .01, value .5,
+grad norm .5, 64-unit tanh MLPs) with one difference on purpose: truncation bootstraps.
+
+Hyperparameters in `hparams` (traced, sweepable by vmap): lr, gamma, gae_lambda,
+clip_eps, ent_coef, vf_coef, max_grad_norm.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+import credit_jax as cj
+from credit_jax import networks, rollout
+from credit_jax.algos import common, losses
+
+HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
+
+
+def num_updates(config) -> int:
+  return int(config.total_timesteps) // (config.num_envs * config.num_steps)
+
+
+def validate_config(config) -> None:
+  """Raises `ConfigError` naming the first PPO field that cannot run."""
+  req = common.require
+  for f in ("num_envs", "num_steps", "update_epochs", "num_minibatches"):
+    req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
+  batch = config.num_envs * config.num_steps
+  req(batch % config.num_minibatches == 0, "num_minibatches",
+      f"batch num_envs * num_steps = {config.num_envs} * {config.num_steps} = {batch} is "
+      f"not divisible by num_minibatches={config.num_minibatches}")
+  req(num_updates(config) >= 1, "total_timesteps",
+      f"{config.total_timesteps} is less than one update of num_envs * num_steps = "
+      f"{batch} steps")
+  req(0.0 <= config.gamma <= 1.0, "gamma", f"must lie in [0, 1], got {config.gamma}")
+  req(0.0 <= config.gae_lambda <= 1.0, "gae_lambda",
+      f"must lie in [0, 1], got {config.gae_lambda}")
+  req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
+  for f in ("ent_coef", "vf_coef"):
+    req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+
+
+def make_train(config) -> common.Train:
+  """`Train` for PPO on `config.env_name`; see `common.Train` for how to call it."""
+  env, env_params = common.make_env(config)
+  network, obs_shape = common.make_network(config, env, env_params, value_head=True)
+  policy_fn = networks.make_policy_fn(network)
+  n_updates = num_updates(config)
+  num_envs, num_steps = int(config.num_envs), int(config.num_steps)
+  batch = num_envs * num_steps
+  n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
+  adam_eps = float(config.adam_eps)
+  clip_value = bool(config.clip_value_loss)
+  gae_method = str(config.gae_method)
+
+  def init_fn(key, hp):
+    k_params, k_env, k_run = jax.random.split(key, 3)
+    params = common.init_params(network, k_params, obs_shape)
+    opt_state = common.make_optimizer(hp["max_grad_norm"], adam_eps).init(params)
+    obs, env_state = rollout.reset(env, env_params, k_env, num_envs)
+    aux = {"env_state": env_state, "obs": obs,
+           "running_return": jnp.zeros((num_envs,), jnp.float32),
+           "last_return": jnp.zeros((), jnp.float32)}
+    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
+                             update=jnp.zeros((), jnp.int32), aux=aux)
+
+  def loss_fn(params, mb, hp):
+    logits, values = network.apply(params, mb["obs"])
+    log_probs = networks.categorical_log_prob(logits, mb["actions"])
+    adv = mb["advantages"]
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg, clipped, approx_kl = losses.clipped_surrogate(log_probs, mb["log_probs"], adv,
+                                                      hp["clip_eps"])
+    v_loss = losses.value_loss(values, mb["targets"], mb["values"],
+                               hp["clip_eps"] if clip_value else None)
+    entropy = networks.categorical_entropy(logits).mean()
+    loss = pg.mean() + hp["vf_coef"] * v_loss.mean() - hp["ent_coef"] * entropy
+    return loss, {"policy_loss": pg.mean(), "value_loss": v_loss.mean(),
+                  "entropy": entropy, "approx_kl": approx_kl.mean(),
+                  "clip_frac": clipped.mean()}
+
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def update_fn(state, hp):
+    key, k_roll, k_perm = jax.random.split(state.key, 3)
+    params, aux = state.params, state.aux
+    traj, (env_state, obs) = rollout.collect(env, env_params, policy_fn, params, k_roll,
+                                             aux["env_state"], aux["obs"], num_steps)
+    values = traj.extras["value"]                                     # [T, B]
+    _, last_value = network.apply(params, obs)                        # [B]
+    _, final_values = network.apply(params, traj.final_obs)           # [T, B]
+    values_tp1 = jnp.concatenate([values, last_value[None]], axis=0)  # [T + 1, B]
+    discounts = jnp.full_like(traj.rewards, hp["gamma"])
+    advantages = cj.gae(traj.rewards, discounts, values_tp1, hp["gae_lambda"],
+                        terminated=traj.terminated, truncated=traj.truncated,
+                        final_values=final_values, method=gae_method)
+    data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
+            "values": values, "advantages": advantages, "targets": advantages + values}
+    data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:]), data)
+    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+
+    def minibatch_step(carry, mb):
+      p, o = carry
+      (loss, m), grads = grad_fn(p, mb, hp)
+      p, o, gnorm = common.apply_gradients(p, o, grads, lr, hp["max_grad_norm"], adam_eps)
+      return (p, o), {"loss": loss, "grad_norm": gnorm, **m}
+
+    def epoch(carry, k):
+      perm = jax.random.permutation(k, batch)
+      mbs = jax.tree.map(lambda x: x[perm].reshape((n_mb, batch // n_mb) + x.shape[1:]),
+                         data)
+      return jax.lax.scan(minibatch_step, carry, mbs)
+
+    (params, opt_state), m = jax.lax.scan(epoch, (params, state.opt_state),
+                                          jax.random.split(k_perm, n_epochs))
+    running, mean_return, episodes = common.continuing_episode_stats(
+        traj.rewards, traj.dones, aux["running_return"], aux["last_return"])
+    metrics = jax.tree.map(jnp.mean, m)
+    metrics.update({"return": mean_return, "episodes": episodes, "lr": lr,
+                    "value_mean": values.mean(), "advantage_std": advantages.std()})
+    aux = {"env_state": env_state, "obs": obs, "running_return": running,
+           "last_return": mean_return}
+    return common.TrainState(params=params, opt_state=opt_state, key=key,
+                             update=state.update + 1, aux=aux), metrics
+
+  return common.Train(
+      config=config, init_fn=init_fn, update_fn=update_fn,
+      default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
+      env_steps_per_update=batch, headline=("return", "entropy"))

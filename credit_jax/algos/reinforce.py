@@ -1,0 +1,151 @@
+"""REINFORCE on whole episodes, with a choice of credit and of baseline.
+
+One update collects one episode per environment (up to `horizon` steps; steps after an
+episode's end are masked out), gives every step a credit `G_t`, subtracts a baseline
+`b_t`, and takes one gradient step on `-mean_t log pi(a_t|s_t) (G_t - b_t)`.
+
+Credit (`config.credit`), the three classic answers to "which actions get the reward":
+  "terminal":  every step gets the whole episode's (undiscounted) return;
+  "rtg":       returns-to-go, `sum_{s>=t} gamma^(s-t) r_s` (no credit for the past);
+  "gae":       the lambda-return `G^lambda_t` bootstrapped from a learned value; with the
+               value baseline, `G^lambda_t - V(s_t)` is exactly GAE.
+Baseline (`config.baseline`):
+  "none":      `b_t = 0`;
+  "mean":      the leave-one-out batch mean of `G_t` over the other episodes still running
+               at step t (unbiased: it does not depend on the episode's own actions);
+  "value":     a learned `V(s_t)` regressed on `G_t`.
+A value head is trained whenever the credit or the baseline needs one.
+
+Hyperparameters in `hparams` (traced): lr, gamma, gae_lambda, ent_coef, vf_coef,
+max_grad_norm.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+import credit_jax as cj
+from credit_jax import networks, rollout
+from credit_jax.algos import common, losses
+
+HPARAMS = ("lr", "gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm")
+CREDITS = ("terminal", "rtg", "gae")
+BASELINES = ("none", "mean", "value")
+
+
+def needs_value(config) -> bool:
+  return config.credit == "gae" or config.baseline == "value"
+
+
+def validate_config(config) -> None:
+  """Raises `ConfigError` naming the first REINFORCE field that cannot run."""
+  req = common.require
+  req(config.credit in CREDITS, "credit", f"must be one of {CREDITS}, got {config.credit!r}")
+  req(config.baseline in BASELINES, "baseline",
+      f"must be one of {BASELINES}, got {config.baseline!r}")
+  for f in ("num_envs", "horizon", "num_updates"):
+    req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
+  req(config.baseline != "mean" or config.num_envs >= 2, "num_envs",
+      f"baseline='mean' is a leave-one-out mean and needs num_envs >= 2, got "
+      f"{config.num_envs}")
+  req(0.0 <= config.gamma <= 1.0, "gamma", f"must lie in [0, 1], got {config.gamma}")
+  req(0.0 <= config.gae_lambda <= 1.0, "gae_lambda",
+      f"must lie in [0, 1], got {config.gae_lambda}")
+  for f in ("ent_coef", "vf_coef"):
+    req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+
+
+def leave_one_out_mean(x, mask):
+  """`[T, B]` mean of `x` over the other batch entries where `mask`, per step (0 if none)."""
+  mask = mask.astype(x.dtype)
+  total = jnp.sum(x * mask, axis=1, keepdims=True)
+  count = jnp.sum(mask, axis=1, keepdims=True)
+  others = count - mask
+  return jnp.where(others > 0, (total - x * mask) / jnp.maximum(others, 1.0), 0.0)
+
+
+def make_train(config) -> common.Train:
+  """`Train` for REINFORCE on `config.env_name`; see `common.Train` for how to call it."""
+  env, env_params = common.make_env(config)
+  with_value = needs_value(config)
+  network, obs_shape = common.make_network(config, env, env_params, value_head=with_value)
+  policy_fn = networks.make_policy_fn(network)
+  num_envs, horizon = int(config.num_envs), int(config.horizon)
+  n_updates = int(config.num_updates)
+  adam_eps = float(config.adam_eps)
+  credit, baseline = str(config.credit), str(config.baseline)
+  normalize = bool(config.normalize_advantages)
+
+  def init_fn(key, hp):
+    k_params, k_run = jax.random.split(key)
+    params = common.init_params(network, k_params, obs_shape)
+    opt_state = common.make_optimizer(hp["max_grad_norm"], adam_eps).init(params)
+    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
+                             update=jnp.zeros((), jnp.int32), aux={})
+
+  def credit_and_baseline(traj, params, hp):
+    """([T, B] credit G_t, [T, B] baseline b_t); both constants for the policy loss."""
+    valid = traj.valid
+    rewards = jnp.where(valid, traj.rewards, 0.0)
+    discounts = jnp.full_like(rewards, hp["gamma"])
+    values = traj.extras["value"]
+    if credit == "terminal":
+      g = jnp.broadcast_to(jnp.sum(rewards, axis=0, keepdims=True), rewards.shape)
+    elif credit == "rtg":
+      # Monte Carlo: nothing to bootstrap from, so any episode end stops the sum.
+      g = cj.discounted_returns(rewards, discounts, terminated=traj.dones)
+    else:
+      _, final_values = network.apply(params, traj.final_obs)               # [T, B]
+      values_tp1 = jnp.concatenate([values, final_values[-1:]], axis=0)     # [T + 1, B]
+      g = cj.lambda_returns(rewards, discounts, values_tp1, hp["gae_lambda"],
+                            terminated=traj.terminated, truncated=traj.truncated,
+                            final_values=final_values)
+    if baseline == "none":
+      b = jnp.zeros_like(g)
+    elif baseline == "mean":
+      b = leave_one_out_mean(g, valid)
+    else:
+      b = values
+    return jax.lax.stop_gradient(g), jax.lax.stop_gradient(b)
+
+  def loss_fn(params, traj, g, adv, hp):
+    logits, values = network.apply(params, traj.obs)
+    log_probs = networks.categorical_log_prob(logits, traj.actions)
+    pg = common.masked_mean(losses.reinforce(log_probs, adv), traj.valid)
+    entropy = common.masked_mean(networks.categorical_entropy(logits), traj.valid)
+    loss = pg - hp["ent_coef"] * entropy
+    v_loss = jnp.zeros(())
+    if with_value:
+      v_loss = common.masked_mean(losses.value_loss(values, g), traj.valid)
+      loss = loss + hp["vf_coef"] * v_loss
+    return loss, {"policy_loss": pg, "value_loss": v_loss, "entropy": entropy}
+
+  def update_fn(state, hp):
+    key, k_roll = jax.random.split(state.key)
+    traj = rollout.collect_episodes(env, env_params, policy_fn, state.params, k_roll,
+                                    num_envs, horizon)
+    g, b = credit_and_baseline(traj, state.params, hp)
+    adv = g - b
+    if normalize:
+      mean = common.masked_mean(adv, traj.valid)
+      std = jnp.sqrt(common.masked_mean(jnp.square(adv - mean), traj.valid))
+      adv = (adv - mean) / (std + 1e-8)
+    (loss, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params, traj, g, adv, hp)
+    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    params, opt_state, gnorm = common.apply_gradients(
+        state.params, state.opt_state, grads, lr, hp["max_grad_norm"], adam_eps)
+    ep_return = jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), axis=0)    # [B]
+    metrics = {"loss": loss, "grad_norm": gnorm, "lr": lr, **m,
+               "return": ep_return.mean(),
+               "success": jnp.mean((ep_return > 0).astype(jnp.float32)),
+               "episode_length": jnp.sum(traj.valid, axis=0).astype(jnp.float32).mean(),
+               "advantage_std": jnp.sqrt(common.masked_mean(
+                   jnp.square(adv - common.masked_mean(adv, traj.valid)), traj.valid))}
+    return common.TrainState(params=params, opt_state=opt_state, key=key,
+                             update=state.update + 1, aux=state.aux), metrics
+
+  return common.Train(
+      config=config, init_fn=init_fn, update_fn=update_fn,
+      default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
+      env_steps_per_update=num_envs * horizon, headline=("success", "return"))

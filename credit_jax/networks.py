@@ -1,0 +1,141 @@
+"""Policy and value networks (flax.linen) and a hand-written categorical distribution.
+
+Parameters are plain pytrees, so vmapping a whole training run over seeds or
+hyperparameters needs no framework glue. The categorical helpers work on logits through
+`jax.nn.log_softmax` (no distrax: its tensorflow-probability dependency breaks on newer JAX).
+
+`ActorCritic`: MLP policy logits and an optional value head, with separate torsos
+(PureJaxRL-style, the default) or one shared torso.
+
+Memory (KeyChain with `cue_delay`): the history model is the same `ActorCritic` over a
+fixed window of the last `W` observations (`[W, *obs_shape]`, oldest first, `obs_rank`
+one higher), as produced by `credit_jax.algos.history.HistoryWrapper`. A window, not a
+recurrent cell, because the rollout engine calls `policy_fn(params, obs, key)` without a
+recurrent carry: the window lives in the environment state and rolls with it, so
+scanned/vmapped rollouts, auto-reset and group rollouts need nothing extra. A window of
+`W >= cue_delay + 1` observations shows the policy a KeyChain cue given `cue_delay`
+steps before its pivotal step.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+_ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
+
+
+def activation_fn(name: str) -> Callable[[Array], Array]:
+  """Returns the activation called `name` ("tanh", "relu", "gelu", "silu")."""
+  if name not in _ACTIVATIONS:
+    raise ValueError(
+        f"activation must be one of {sorted(_ACTIVATIONS)}, got {name!r}")
+  return _ACTIVATIONS[name]
+
+
+def _dense(features: int, scale: float) -> nn.Dense:
+  # Orthogonal init with per-layer gains (sqrt(2) hidden, 0.01 policy, 1 value) keeps the
+  # initial policy near uniform and the value near zero: the standard PPO recipe.
+  return nn.Dense(features, kernel_init=nn.initializers.orthogonal(scale),
+                  bias_init=nn.initializers.zeros)
+
+
+class MLP(nn.Module):
+  """Fully connected torso: `[..., D] -> [..., hidden_sizes[-1]]`."""
+  hidden_sizes: Sequence[int]
+  activation: str = "tanh"
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    act = activation_fn(self.activation)
+    for size in self.hidden_sizes:
+      x = act(_dense(size, np.sqrt(2.0))(x))
+    return x
+
+
+class ActorCritic(nn.Module):
+  """MLP policy logits and optional value.
+
+  Call on `obs: [..., *obs_shape]` (any leading batch dims, or none for a single
+  observation) where `obs_shape` has `obs_rank` dims; they are flattened into one
+  feature vector. For a history window `[..., W, D]` use `obs_rank=2`: every position
+  of the window gets its own weights, so a cue's age is part of what the policy sees.
+  Returns `(logits: [..., num_actions], value: [...])`. With `value_head=False` the value
+  is zeros (no parameters are created for it), so policy-only recipes carry no dead weights.
+  """
+  num_actions: int
+  hidden_sizes: Sequence[int] = (64, 64)
+  activation: str = "tanh"
+  shared_torso: bool = False
+  value_head: bool = True
+  obs_rank: int = 1
+
+  @nn.compact
+  def __call__(self, obs: Array) -> Tuple[Array, Array]:
+    keep = obs.ndim - self.obs_rank
+    if keep < 0:
+      raise ValueError(
+          f"obs must be [..., *obs_shape] with obs_rank={self.obs_rank} dims per "
+          f"observation, got shape {obs.shape}")
+    x = obs.reshape(obs.shape[:keep] + (-1,)).astype(jnp.float32)
+    pi_h = MLP(self.hidden_sizes, self.activation, name="pi_torso")(x)
+    logits = _dense(self.num_actions, 0.01)(pi_h)
+    if not self.value_head:
+      return logits, jnp.zeros(logits.shape[:-1], jnp.float32)
+    v_h = pi_h if self.shared_torso else MLP(
+        self.hidden_sizes, self.activation, name="v_torso")(x)
+    value = _dense(1, 1.0)(v_h)[..., 0]
+    return logits, value
+
+
+# --- categorical distribution over logits [..., A] -------------------------------------
+
+def categorical_sample(key: jax.Array, logits: Array) -> Array:
+  """Samples actions `[...]` int32 from `logits: [..., A]`."""
+  return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+
+def categorical_log_prob(logits: Array, actions: Array) -> Array:
+  """log pi(a): `logits: [..., A]`, `actions: [...]` int -> `[...]` float32."""
+  if logits.shape[:-1] != actions.shape:
+    raise ValueError(
+        f"logits [..., A] and actions [...] disagree: logits {logits.shape}, actions "
+        f"{actions.shape}")
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  return jnp.take_along_axis(logp, actions[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+
+def categorical_entropy(logits: Array) -> Array:
+  """Entropy `[...]` of the categorical with `logits: [..., A]`."""
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+
+
+def categorical_kl(logits_p: Array, logits_q: Array) -> Array:
+  """Exact KL(p || q) `[...]` between categoricals with logits `[..., A]`."""
+  if logits_p.shape != logits_q.shape:
+    raise ValueError(
+        f"logits_p and logits_q must share a shape, got {logits_p.shape} and "
+        f"{logits_q.shape}")
+  logp = jax.nn.log_softmax(logits_p, axis=-1)
+  logq = jax.nn.log_softmax(logits_q, axis=-1)
+  return jnp.sum(jnp.exp(logp) * (logp - logq), axis=-1)
+
+
+def make_policy_fn(network: nn.Module):
+  """Wraps an actor-critic module as a rollout `PolicyFn`.
+
+  Returns `policy_fn(params, obs, key) -> (action [], log_prob [], {"value": []})` for a
+  single observation (the rollout engine vmaps it); the value rides along in
+  `Trajectory.extras` so bootstrapped estimators need no second forward pass over `obs`.
+  """
+  def policy_fn(params, obs, key):
+    logits, value = network.apply(params, obs)
+    action = categorical_sample(key, logits)
+    return action, categorical_log_prob(logits, action), {"value": value}
+  return policy_fn
