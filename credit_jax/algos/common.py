@@ -135,7 +135,8 @@ def apply_gradients(params, opt_state, grads, lr: Array, max_grad_norm: Array,
   tx = make_optimizer(max_grad_norm, adam_eps)
   updates, opt_state = tx.update(grads, opt_state, params)
   params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
-  return params, opt_state, optax.global_norm(grads)
+  grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
+  return params, opt_state, grad_norm
 
 
 # --- environments and networks --------------------------------------------------------

@@ -49,6 +49,33 @@ def validate_config(config) -> None:
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
 
 
+def advantages_with_boundaries(value_fn, traj, values, next_obs, gamma, gae_lambda,
+                               method: str = "auto"):
+  """GAE for a fixed-length auto-resetting rollout, boundaries handled as data.
+
+  Args:
+    value_fn: `obs [..., *obs_shape] -> values [...]` under the current parameters.
+    traj: Trajectory [T, B]; its `final_obs` is what a truncated step bootstraps from.
+    values: [T, B] values of `traj.obs`.
+    next_obs: [B, *obs_shape] the observation after the rollout's last step.
+    gamma, gae_lambda: [] discount and lambda.
+
+  Returns:
+    [T, B] advantages: terminated steps do not bootstrap, truncated steps bootstrap
+    from `value_fn(final_obs)`, the last step from `value_fn(next_obs)`.
+  """
+  if values.shape != traj.rewards.shape:
+    raise ValueError(f"values must be [T, B] like rewards {traj.rewards.shape}, got "
+                     f"{values.shape}")
+  last_value = value_fn(next_obs)                                   # [B]
+  final_values = value_fn(traj.final_obs)                           # [T, B]
+  values_tp1 = jnp.concatenate([values, last_value[None]], axis=0)  # [T + 1, B]
+  discounts = jnp.full_like(traj.rewards, gamma)
+  return cj.gae(traj.rewards, discounts, values_tp1, gae_lambda,
+                terminated=traj.terminated, truncated=traj.truncated,
+                final_values=final_values, method=method)
+
+
 def make_train(config) -> common.Train:
   """`Train` for PPO on `config.env_name`; see `common.Train` for how to call it."""
   env, env_params = common.make_env(config)
@@ -96,13 +123,9 @@ def make_train(config) -> common.Train:
     traj, (env_state, obs) = rollout.collect(env, env_params, policy_fn, params, k_roll,
                                              aux["env_state"], aux["obs"], num_steps)
     values = traj.extras["value"]                                     # [T, B]
-    _, last_value = network.apply(params, obs)                        # [B]
-    _, final_values = network.apply(params, traj.final_obs)           # [T, B]
-    values_tp1 = jnp.concatenate([values, last_value[None]], axis=0)  # [T + 1, B]
-    discounts = jnp.full_like(traj.rewards, hp["gamma"])
-    advantages = cj.gae(traj.rewards, discounts, values_tp1, hp["gae_lambda"],
-                        terminated=traj.terminated, truncated=traj.truncated,
-                        final_values=final_values, method=gae_method)
+    advantages = advantages_with_boundaries(
+        lambda o: network.apply(params, o)[1], traj, values, obs, hp["gamma"],
+        hp["gae_lambda"], gae_method)
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "values": values, "advantages": advantages, "targets": advantages + values}
     data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:]), data)

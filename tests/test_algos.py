@@ -1,0 +1,328 @@
+"""Tests for credit_jax.algos: config validation, recipe pieces, sweeps, NaN stops,
+and seeded learning tests (GRPO on KeyChain; PPO on CartPole, marked slow)."""
+import importlib.util
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from credit_jax import algos, checkpoint, envs, metrics
+from credit_jax.algos import common, grpo, history, losses, ppo, reinforce, runner
+from credit_jax.types import Trajectory
+
+CONFIG_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "configs")
+CONFIGS = {"ppo_cartpole": (None, "small"), "grpo_keychain": (None, "small", "delay"),
+           "reinforce_keychain": (None, "small")}
+
+
+def load_config(name, variant=None):
+  spec = importlib.util.spec_from_file_location(name, os.path.join(CONFIG_DIR, name + ".py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(variant)
+
+
+def tiny_reinforce(**overrides):
+  c = load_config("reinforce_keychain", "small")
+  c.env_kwargs.horizon = 6
+  c.env_kwargs.num_pivotal = 1
+  c.env_kwargs.num_actions = 2
+  c.horizon = 6
+  c.num_envs = 8
+  c.num_updates = 4
+  c.network.hidden_sizes = (16,)
+  c.chunk_updates = 1
+  c.checkpoint_every = 1
+  c.update(overrides)
+  return c
+
+
+def tiny_grpo(**overrides):
+  c = load_config("grpo_keychain", "small")
+  c.env_kwargs.horizon = 6
+  c.env_kwargs.num_pivotal = 1
+  c.env_kwargs.num_actions = 2
+  c.horizon = 6
+  c.num_tasks = 4
+  c.group_size = 3
+  c.num_updates = 3
+  c.network.hidden_sizes = (16,)
+  c.update(overrides)
+  return c
+
+
+# --- config validation ----------------------------------------------------------------
+
+@pytest.mark.parametrize("name,variant", [(n, v) for n, vs in CONFIGS.items() for v in vs])
+def test_every_shipped_config_validates(name, variant):
+  algos.validate_config(load_config(name, variant))
+
+
+def test_unknown_variant_is_rejected():
+  with pytest.raises(ValueError, match="unknown variant"):
+    load_config("ppo_cartpole", "huge")
+
+
+def _set(c, path, value):
+  *parents, leaf = path.split(".")
+  for p in parents:
+    c = c[p]
+  c[leaf] = value
+
+
+@pytest.mark.parametrize("name,field,value,match", [
+    ("grpo_keychain", "group_size", 1, "config.group_size: a group needs at least 2"),
+    ("ppo_cartpole", "num_minibatches", 3, "config.num_minibatches: batch .* 512 is not "
+     "divisible"),
+    ("grpo_keychain", "num_minibatches", 3, "config.num_minibatches: num_tasks=16"),
+    ("ppo_cartpole", "lr", -1e-3, "config.lr: learning rate must be >= 0"),
+    ("reinforce_keychain", "env_name", "NoSuchEnv-v0", "config.env_name: unknown "
+     "environment 'NoSuchEnv-v0'"),
+    ("grpo_keychain", "env_kwargs.horizon", 0, "config.env_kwargs: cannot make"),
+    ("reinforce_keychain", "credit", "oracle", "config.credit: must be one of"),
+    ("reinforce_keychain", "baseline", "median", "config.baseline"),
+    ("grpo_keychain", "advantage", "ppo", "config.advantage"),
+    ("ppo_cartpole", "checkpoint_every", 100, "config.checkpoint_every: 100 must be a "
+     "multiple of chunk_updates=61"),
+    ("ppo_cartpole", "total_timesteps", 100, "config.total_timesteps"),
+    ("ppo_cartpole", "seeds", 0, "config.seeds"),
+    ("ppo_cartpole", "algo", "dqn", "config.algo: unknown recipe 'dqn'"),
+    ("ppo_cartpole", "gamma", 1.5, "config.gamma"),
+    ("ppo_cartpole", "network.activation", "sigmoid", "config.network.activation"),
+])
+def test_invalid_field_is_named(name, field, value, match):
+  c = load_config(name)
+  _set(c, field, value)
+  with pytest.raises(algos.ConfigError, match=match):
+    algos.make_train(c)
+
+
+# --- pieces -----------------------------------------------------------------------------
+
+def test_history_wrapper_windows_and_resets():
+  env, params = envs.make("KeyChain-v0", horizon=4, num_pivotal=1, num_actions=2,
+                          cue_delay=2, positions="fixed")
+  wrapped = history.HistoryWrapper(env, 3)
+  assert wrapped.observation_space(params).shape == (3, 4)
+  key = jax.random.PRNGKey(0)
+  obs, state = wrapped.reset(key, params)
+  inner_obs, _ = env.reset(key, params)
+  np.testing.assert_array_equal(obs[:2], 0.0)
+  np.testing.assert_array_equal(obs[2], inner_obs)
+  frames = [obs[2]]
+  for t in range(4):
+    obs, state, _, terminated, truncated, info = wrapped.step(key, state, 0, params)
+    if t < 3:
+      frames.append(obs[2])
+      np.testing.assert_array_equal(obs, np.stack(
+          [np.zeros(4)] * max(0, 2 - len(frames) + 1) + frames)[-3:])
+  # The 4th step ended the episode: the final window holds its last frames and the new
+  # episode starts from an empty history.
+  assert bool(terminated) and not bool(truncated)
+  np.testing.assert_array_equal(info["final_observation"][:2], np.stack(frames[-2:]))
+  np.testing.assert_array_equal(obs[:2], 0.0)
+
+
+def test_history_wrapper_rejects_empty_window():
+  env, _ = envs.make("KeyChain-v0")
+  with pytest.raises(ValueError, match="window"):
+    history.HistoryWrapper(env, 0)
+
+
+def test_clipped_surrogate_and_value_loss_by_hand():
+  logp = jnp.log(jnp.array([0.5, 0.9, 0.2]))
+  old = jnp.log(jnp.array([0.4, 0.5, 0.4]))
+  adv = jnp.array([1.0, 1.0, -1.0])
+  loss, clipped, kl = losses.clipped_surrogate(logp, old, adv, 0.2)
+  # ratios 1.25, 1.8, 0.5 -> min(r A, clip(r) A) = 1.2, 1.2, -0.8 (clipped side binds).
+  np.testing.assert_allclose(loss, [-1.2, -1.2, 0.8], rtol=1e-6)
+  np.testing.assert_array_equal(clipped, [1.0, 1.0, 1.0])
+  assert np.all(np.asarray(kl) >= 0)
+  v = losses.value_loss(jnp.array([1.0, 3.0]), jnp.array([0.0, 0.0]),
+                        jnp.array([0.0, 2.5]), clip_eps=0.2)
+  # First: unclipped 1.0 vs clipped 0.2^2 -> max 1.0; second: 9 vs 2.7^2=7.29 -> 9.
+  np.testing.assert_allclose(v, [0.5, 4.5], rtol=1e-6)
+  np.testing.assert_allclose(losses.value_loss(jnp.array([2.0]), jnp.array([1.0])), [0.5])
+  with pytest.raises(ValueError, match="share one shape"):
+    losses.clipped_surrogate(logp, old[:2], adv, 0.2)
+
+
+def test_kl_to_reference_is_zero_at_reference_and_positive_elsewhere():
+  lp = jnp.log(jnp.array([0.2, 0.5]))
+  np.testing.assert_allclose(losses.kl_to_reference(lp, lp), 0.0, atol=1e-7)
+  assert np.all(np.asarray(losses.kl_to_reference(lp, lp + 0.3)) > 0)
+
+
+def test_continuing_episode_stats_match_a_loop():
+  rng = np.random.default_rng(0)
+  rewards = rng.normal(size=(7, 3)).astype(np.float32)
+  dones = rng.random((7, 3)) < 0.3
+  running0 = np.array([1.0, 0.0, -2.0], np.float32)
+  running, mean, count = common.continuing_episode_stats(
+      jnp.asarray(rewards), jnp.asarray(dones), jnp.asarray(running0), jnp.float32(9.0))
+  acc, ended = running0.copy(), []
+  for t in range(7):
+    acc += rewards[t]
+    for b in range(3):
+      if dones[t, b]:
+        ended.append(acc[b])
+        acc[b] = 0.0
+  np.testing.assert_allclose(running, acc, rtol=1e-5)
+  assert count == len(ended)
+  np.testing.assert_allclose(mean, np.mean(ended), rtol=1e-5)
+  _, mean, _ = common.continuing_episode_stats(
+      jnp.zeros((2, 3)), jnp.zeros((2, 3), bool), jnp.zeros(3), jnp.float32(9.0))
+  assert mean == 9.0
+
+
+def test_leave_one_out_mean_matches_a_loop():
+  x = jnp.array([[1.0, 2.0, 4.0, 8.0]])
+  mask = jnp.array([[True, True, False, True]])
+  out = reinforce.leave_one_out_mean(x, mask)
+  np.testing.assert_allclose(out, [[5.0, 4.5, 11.0 / 3.0, 1.5]], rtol=1e-6)
+
+
+def test_grpo_aggregations_by_hand():
+  x = jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])[:, None, :]   # [T=3, N=1, K=2]
+  valid = jnp.array([[True, True], [True, True], [False, True]])[:, None, :]
+  # Valid terms: episode 0 has 1, 3; episode 1 has 2, 4, 6.
+  assert grpo.aggregate(x, valid, "token_mean") == pytest.approx(16.0 / 5.0)
+  assert grpo.aggregate(x, valid, "sequence_mean") == pytest.approx((2.0 + 4.0) / 2.0)
+  assert grpo.aggregate(x, valid, "constant") == pytest.approx(16.0 / 6.0)
+
+
+def test_ppo_advantages_bootstrap_truncation_from_final_obs():
+  # One env, 3 steps: step 0 truncated (bootstraps from final_obs), step 1 terminated
+  # (no bootstrap), step 2 continues into next_obs. value_fn(obs) = obs[..., 0].
+  obs = jnp.array([[1.0], [2.0], [3.0]])[:, None]          # [T, B=1, 1]
+  final_obs = jnp.array([[10.0], [20.0], [30.0]])[:, None]
+  traj = Trajectory(obs=obs, actions=jnp.zeros((3, 1), jnp.int32),
+                    rewards=jnp.array([[1.0], [1.0], [1.0]]),
+                    terminated=jnp.array([[False], [True], [False]]),
+                    truncated=jnp.array([[True], [False], [False]]),
+                    log_probs=jnp.zeros((3, 1)), final_obs=final_obs,
+                    valid=jnp.ones((3, 1), bool), extras={}, info={})
+  values = obs[..., 0]
+  adv = ppo.advantages_with_boundaries(lambda o: o[..., 0], traj, values,
+                                       jnp.array([[7.0]]), 0.5, 0.9)
+  expected_t2 = 1.0 + 0.5 * 7.0 - 3.0
+  expected_t1 = 1.0 - 2.0
+  expected_t0 = 1.0 + 0.5 * 10.0 - 1.0
+  np.testing.assert_allclose(adv[:, 0], [expected_t0, expected_t1, expected_t2],
+                             rtol=1e-6)
+
+
+# --- whole recipes, tiny shapes -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_train():
+  return algos.make_train(tiny_reinforce())
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_train):
+  return jax.jit(tiny_train.run, static_argnums=2)
+
+
+def test_chunked_run_equals_one_run(tiny_train, tiny_run):
+  state = tiny_train.init(jax.random.PRNGKey(3))
+  hp = tiny_train.default_hparams
+  s4, m4 = tiny_run(state, hp, 4)
+  s2, m_a = tiny_run(state, hp, 2)
+  s2, m_b = tiny_run(s2, hp, 2)
+  for k in m4:
+    np.testing.assert_array_equal(m4[k], np.concatenate([m_a[k], m_b[k]]), err_msg=k)
+  jax.tree.map(np.testing.assert_array_equal, s4, s2)
+
+
+def test_hparams_sweep_is_a_vmap_without_recompiling(tiny_train):
+  sweep = jax.jit(jax.vmap(tiny_train))
+  keys = jnp.stack([jax.random.PRNGKey(0)] * 2)
+  hp = {k: jnp.stack([v, v]) for k, v in tiny_train.default_hparams.items()}
+  hp["lr"] = jnp.array([0.0, 1e-2])
+  states, m = sweep(keys, hp)
+  hp2 = dict(hp, lr=jnp.array([1e-3, 3e-2]), gamma=jnp.array([0.9, 0.5]))
+  sweep(keys, hp2)
+  assert sweep._cache_size() == 1  # pylint: disable=protected-access
+  assert m["loss"].shape == (2, 4)
+  init = tiny_train.init(jax.random.PRNGKey(0))
+  # lr = 0 leaves the parameters where they started; lr > 0 moves them.
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a[0], b), states.params,
+               init.params)
+  moved = jax.tree.map(lambda a, b: np.abs(a[1] - b).max(), states.params, init.params)
+  assert max(jax.tree.leaves(moved)) > 0
+  with pytest.raises(ValueError, match="exactly the keys"):
+    tiny_train.init(jax.random.PRNGKey(0), {"lr": 1.0})
+
+
+@pytest.mark.parametrize("credit,baseline", [("terminal", "none"), ("gae", "value"),
+                                             ("rtg", "value")])
+def test_reinforce_credit_and_baseline_choices_run(credit, baseline):
+  train = algos.make_train(tiny_reinforce(credit=credit, baseline=baseline))
+  _, m = jax.jit(train)(jax.random.PRNGKey(1))
+  for k, v in m.items():
+    assert v.shape == (4,) and np.all(np.isfinite(v)), k
+  assert np.all(m["value_loss"] > 0) if baseline == "value" else True
+
+
+@pytest.mark.parametrize("advantage,aggregation,kl", [("rloo", "sequence_mean", True),
+                                                      ("drgrpo", "constant", False)])
+def test_grpo_variants_run_and_report_degenerate_groups(advantage, aggregation, kl):
+  c = tiny_grpo(advantage=advantage, loss_aggregation=aggregation, use_reference_kl=kl,
+                kl_coef=0.1, ent_coef=0.01)
+  train = algos.make_train(c)
+  state, m = jax.jit(train)(jax.random.PRNGKey(2))
+  assert m["degenerate_frac"].shape == (3,)
+  assert np.all((m["degenerate_frac"] >= 0) & (m["degenerate_frac"] <= 1))
+  assert np.all(np.isfinite(m["loss"]))
+  assert ("ref_params" in state.aux) == kl
+  if kl:
+    assert m["kl_ref"][0] < 1e-2  # the first update starts at the reference
+    assert np.all(m["kl_ref"] >= 0)
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+  # lr = 1e38: the first update is finite, the second overflows the parameters.
+  c = tiny_reinforce(lr=1e38, num_updates=6)
+  with pytest.raises(runner.NonFiniteLossError, match=r"update 2 \(seed 0\).*update 1"):
+    runner.train_and_evaluate(c, str(tmp_path), log=lambda _: None)
+  records = metrics.read_jsonl(str(tmp_path / metrics.METRICS_FILE))
+  assert [r["update"] for r in records] == [1]
+  with checkpoint.Checkpointer(str(tmp_path / runner.CHECKPOINT_DIR)) as ck:
+    assert ck.all_steps() == [1]
+    train = algos.make_train(c)
+    init, _ = runner.make_run_fns(train)
+    keys = jax.random.split(jax.random.PRNGKey(c.seed), 1)
+    state = ck.restore(1, jax.eval_shape(init, keys, train.default_hparams))
+  assert int(state.update[0]) == 1
+  assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(state.params))
+
+
+# --- learning tests -----------------------------------------------------------------------
+
+def test_grpo_learns_keychain_t50_k3_a4():
+  c = load_config("grpo_keychain")
+  c.num_updates = 40
+  assert (c.env_kwargs.horizon, c.env_kwargs.num_pivotal, c.env_kwargs.num_actions) == \
+      (50, 3, 4)
+  train = algos.make_train(c)
+  _, m = jax.jit(train)(jax.random.PRNGKey(0))
+  success = np.asarray(m["success"])
+  print(f"GRPO KeyChain success: first 5 updates {success[:5].mean():.3f}, "
+        f"last 5 {success[-5:].mean():.3f}")
+  assert success[:5].mean() < 0.2   # it starts near random (1.6%)...
+  assert success[-5:].mean() >= 0.9  # ...and learns the task
+
+
+@pytest.mark.slow
+def test_ppo_learns_cartpole_within_5e5_steps():
+  c = load_config("ppo_cartpole")
+  assert c.total_timesteps == 500_000
+  train = algos.make_train(c)
+  _, m = jax.jit(train)(jax.random.PRNGKey(0))
+  returns = np.asarray(m["return"])
+  print(f"PPO CartPole: mean return of the last 10 updates {returns[-10:].mean():.1f}")
+  assert returns[-10:].mean() >= 450.0

@@ -1,0 +1,50 @@
+"""Tests for credit_jax.checkpoint: round trips, retention, the config beside it."""
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from credit_jax.checkpoint import CONFIG_FILE, Checkpointer
+
+
+def _state(offset):
+  return {"params": {"w": jnp.arange(6.0).reshape(2, 3) + offset},
+          "key": jax.random.PRNGKey(offset),
+          "update": jnp.int32(offset)}
+
+
+def test_save_restore_round_trip_and_retention(tmp_path):
+  with Checkpointer(str(tmp_path / "ck"), max_to_keep=2, config={"lr": 0.1}) as ck:
+    assert ck.latest_step() is None
+    for step in (1, 2, 3):
+      ck.save(step, _state(step))
+    assert ck.all_steps() == [2, 3]
+    assert ck.latest_step() == 3
+    target = jax.eval_shape(lambda: _state(0))
+    restored = ck.restore(3, target)
+    jax.tree.map(np.testing.assert_array_equal, restored, _state(3))
+    assert restored["key"].dtype == jnp.uint32
+    with pytest.raises(ValueError, match="no checkpoint for step 1"):
+      ck.restore(1, target)
+  with open(tmp_path / "ck" / CONFIG_FILE) as f:
+    assert json.load(f) == {"lr": 0.1}
+  # The config is also saved inside every step directory.
+  assert os.path.isdir(tmp_path / "ck" / "3" / "config")
+
+
+def test_reopened_manager_sees_earlier_checkpoints(tmp_path):
+  with Checkpointer(str(tmp_path), max_to_keep=3, config={"a": 1}) as ck:
+    ck.save(5, _state(5))
+  with Checkpointer(str(tmp_path), max_to_keep=3) as ck:
+    assert ck.latest_step() == 5
+    assert ck.saved_config() == {"a": 1}
+    restored = ck.restore(5, _state(0))
+    np.testing.assert_array_equal(restored["params"]["w"], _state(5)["params"]["w"])
+
+
+def test_max_to_keep_must_be_positive(tmp_path):
+  with pytest.raises(ValueError, match="max_to_keep"):
+    Checkpointer(str(tmp_path), max_to_keep=0)

@@ -1,0 +1,107 @@
+"""Tests for credit_jax.networks: shapes, heads, and the hand-written categorical."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from credit_jax import networks
+
+
+def _init(net, obs):
+  return net.init(jax.random.PRNGKey(0), obs)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_actor_critic_shapes_single_and_batched(shared):
+  net = networks.ActorCritic(num_actions=3, hidden_sizes=(8, 8), shared_torso=shared)
+  params = _init(net, jnp.zeros((5,)))
+  logits, value = net.apply(params, jnp.ones((5,)))
+  assert logits.shape == (3,) and value.shape == ()
+  logits, value = net.apply(params, jnp.ones((4, 7, 5)))
+  assert logits.shape == (4, 7, 3) and value.shape == (4, 7)
+  torsos = set(params["params"])
+  assert ("v_torso" in torsos) == (not shared)
+
+
+def test_policy_only_network_has_no_value_parameters():
+  net = networks.ActorCritic(num_actions=2, hidden_sizes=(8,), value_head=False)
+  params = _init(net, jnp.zeros((3,)))
+  assert set(params["params"]) == {"pi_torso", "Dense_0"}
+  _, value = net.apply(params, jnp.ones((6, 3)))
+  np.testing.assert_array_equal(value, np.zeros(6))
+
+
+def test_initial_policy_is_near_uniform():
+  net = networks.ActorCritic(num_actions=4)
+  params = _init(net, jnp.zeros((6,)))
+  logits, _ = net.apply(params, jax.random.normal(jax.random.PRNGKey(1), (32, 6)))
+  probs = jax.nn.softmax(logits)
+  np.testing.assert_allclose(probs, 0.25, atol=0.02)
+
+
+def test_history_window_flattens_every_position():
+  net = networks.ActorCritic(num_actions=4, hidden_sizes=(8,), obs_rank=2)
+  params = _init(net, jnp.zeros((3, 6)))
+  kernel = params["params"]["pi_torso"]["Dense_0"]["kernel"]
+  assert kernel.shape == (18, 8)
+  logits, value = net.apply(params, jnp.ones((2, 5, 3, 6)))
+  assert logits.shape == (2, 5, 4) and value.shape == (2, 5)
+  # The oldest frame matters: changing it changes the output.
+  obs = jnp.zeros((3, 6))
+  a, _ = net.apply(params, obs)
+  b, _ = net.apply(params, obs.at[0, 0].set(1.0))
+  assert not np.allclose(a, b)
+
+
+def test_obs_of_too_low_rank_is_rejected():
+  net = networks.ActorCritic(num_actions=2, hidden_sizes=(4,), obs_rank=2)
+  params = _init(net, jnp.zeros((3, 2)))
+  with pytest.raises(ValueError, match="obs_rank=2"):
+    net.apply(params, jnp.zeros((2,)))
+
+
+def test_unknown_activation_is_rejected():
+  with pytest.raises(ValueError, match="activation"):
+    networks.activation_fn("swishy")
+
+
+def test_categorical_log_prob_entropy_kl_against_numpy():
+  logits = jnp.array([[0.3, -1.0, 2.0], [0.0, 0.0, 0.0]])
+  actions = jnp.array([2, 1])
+  p = np.exp(np.asarray(logits)) / np.exp(np.asarray(logits)).sum(-1, keepdims=True)
+  np.testing.assert_allclose(networks.categorical_log_prob(logits, actions),
+                             np.log(p[[0, 1], [2, 1]]), rtol=1e-6)
+  np.testing.assert_allclose(networks.categorical_entropy(logits),
+                             -(p * np.log(p)).sum(-1), rtol=1e-6)
+  q = p[::-1]
+  np.testing.assert_allclose(networks.categorical_kl(logits, logits[::-1]),
+                             (p * (np.log(p) - np.log(q))).sum(-1), rtol=1e-5)
+  np.testing.assert_allclose(networks.categorical_kl(logits, logits), 0.0, atol=1e-7)
+
+
+def test_categorical_log_prob_checks_shapes():
+  with pytest.raises(ValueError, match="logits"):
+    networks.categorical_log_prob(jnp.zeros((4, 3)), jnp.zeros((5,), jnp.int32))
+  with pytest.raises(ValueError, match="logits_p"):
+    networks.categorical_kl(jnp.zeros((4, 3)), jnp.zeros((4, 2)))
+
+
+def test_categorical_sample_matches_probabilities():
+  logits = jnp.log(jnp.array([0.1, 0.6, 0.3]))
+  samples = networks.categorical_sample(jax.random.PRNGKey(0),
+                                        jnp.broadcast_to(logits, (20000, 3)))
+  assert samples.dtype == jnp.int32
+  freq = np.bincount(np.asarray(samples), minlength=3) / samples.size
+  np.testing.assert_allclose(freq, [0.1, 0.6, 0.3], atol=0.015)
+
+
+def test_policy_fn_returns_action_log_prob_and_value():
+  net = networks.ActorCritic(num_actions=3, hidden_sizes=(8,))
+  params = _init(net, jnp.zeros((4,)))
+  policy_fn = networks.make_policy_fn(net)
+  obs = jnp.arange(4.0)
+  action, log_prob, extras = policy_fn(params, obs, jax.random.PRNGKey(3))
+  logits, value = net.apply(params, obs)
+  assert action.shape == () and log_prob.shape == ()
+  np.testing.assert_allclose(log_prob, jax.nn.log_softmax(logits)[action], rtol=1e-6)
+  np.testing.assert_allclose(extras["value"], value)
