@@ -4,5 +4,11 @@ The public API is flat: `cj.gae`, `cj.lambda_returns`, `cj.group_advantages`,
 `cj.envs.make`, ... Submodules hold the implementations.
 """
 from credit_jax.types import PolicyFn, Trajectory, to_batch_major
+from credit_jax import returns
+from credit_jax.returns import discounted_returns, gae, lambda_returns, td_errors
+from credit_jax import baselines
+from credit_jax.baselines import (RunningBaseline, group_advantages,
+                                  running_baseline_advantages, running_baseline_init,
+                                  running_baseline_update)
 
 __version__ = "0.1.0"

@@ -1,0 +1,480 @@
+"""Returns, TD errors, lambda-returns and GAE, time-major, with episode boundaries as data.
+
+Every estimator here is one reverse linear recurrence over time,
+
+    A_t = x_t + c_t * A_{t+1},        A_T = init,
+
+on arrays `[T, ...]` whose trailing dims are any batch, so callers never vmap. What
+changes between estimators is only `x` (the per-step term) and `c` (how much of the
+future flows back into step t). Auto-reset rollouts put several episodes in one window;
+for every step t (see the boundary rules in DESIGN.md):
+
+    done_t       = terminated_t | truncated_t
+    next_value_t = final_values_t if truncated_t else values[t + 1]
+    delta_t      = r_t + discount_t * (1 - terminated_t) * next_value_t - values[t]
+    A_t          = delta_t + discount_t * lambda_t * (1 - done_t) * A_{t+1}
+    G_t          = A_t + values[t]                       (the lambda-return)
+
+so a terminated step does not bootstrap, a truncated step bootstraps from the value of
+its final observation, and no credit crosses either boundary. Without boundary arrays
+the results equal rlax's single-episode functions.
+
+Two solvers compute the same recurrence (`method=`):
+  "scan":        a reverse `lax.scan`, one step per time index. The output buffer is
+                 filled with `x` first and overwritten in place, so no other [T, ...]
+                 temporary is materialised: on CPU a step is bound by memory traffic
+                 and per-iteration overhead, and this layout moves the fewest bytes.
+  "associative": `lax.associative_scan` over affine maps `a -> x + c * a`; depth
+                 O(log T), the fast choice on accelerators where a sequential step
+                 costs a kernel launch.
+  "auto":        chooses by backend, see `_AUTO_*` below.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+ArrayLike = Any
+
+METHODS = ("scan", "associative", "auto")
+
+# Choice of method="auto" (measured with scripts/bench_gae.py; figures in BENCHMARKS.md).
+# CPU (2-core Xeon dev machine, jax 0.10.2): the in-place reverse scan beat the
+#   associative scan at every shape measured, (T, B) from (128, 256) to (5000, 256),
+#   by 3-5x; ANCHORS.md reports the same ordering at 1000 x 4096 (scan 11 ms, associative
+#   48 ms). So the CPU threshold is "never associative".
+# GPU/TPU: not measured by us (no accelerator was available when this was written).
+#   ANCHORS.md's H200 figures have the associative scan 40-4000x faster than a plain
+#   scan for T in [1000, 50000] and B in [64, 4096]; a sequential step costs 13-20 us of
+#   launch latency, so even T = 128 spends ~2 ms sequentially, far more than the
+#   O(log T) associative passes. Below `_AUTO_ACCEL_MIN_T` steps the two are equally
+#   cheap and the scan avoids the extra buffers. Re-measure with bench_gae.py on a GPU.
+_AUTO_CPU_MIN_T = None          # None: the associative scan is never chosen on CPU.
+_AUTO_ACCEL_MIN_T = 2
+
+
+def resolve_method(method: str, num_steps: int, backend: Optional[str] = None) -> str:
+  """Returns "scan" or "associative" for `method` at `num_steps` on `backend`.
+
+  `backend` defaults to `jax.default_backend()`, the platform a jitted call runs on.
+  """
+  if method not in METHODS:
+    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+  if method != "auto":
+    return method
+  backend = backend or jax.default_backend()
+  min_t = _AUTO_CPU_MIN_T if backend == "cpu" else _AUTO_ACCEL_MIN_T
+  return "associative" if min_t is not None and num_steps >= min_t else "scan"
+
+
+# ----------------------------------------------------------------------------------
+# Input checks: plain Python on shapes and dtypes, so bad input fails before tracing.
+
+
+def _shape(x: ArrayLike) -> Tuple[int, ...]:
+  return tuple(np.shape(x))
+
+
+def _is_float(x: ArrayLike) -> bool:
+  if isinstance(x, (bool, np.bool_)):
+    return False
+  if isinstance(x, (int, float)):
+    return True
+  return jnp.issubdtype(jnp.result_type(x), jnp.floating)
+
+
+def _check_float(name: str, x: ArrayLike, allow_python_number: bool = False) -> None:
+  if allow_python_number and isinstance(x, (int, float)) and not isinstance(x, bool):
+    return
+  if not hasattr(x, "dtype") and not isinstance(x, (int, float)):
+    raise ValueError(f"{name} must be an array, got {type(x).__name__}")
+  if not _is_float(x):
+    raise ValueError(f"{name} must have a floating dtype, got {jnp.result_type(x)} "
+                     f"(shape {_shape(x)})")
+
+
+def _check_rewards(rewards: ArrayLike) -> Tuple[int, ...]:
+  _check_float("rewards", rewards)
+  shape = _shape(rewards)
+  if len(shape) < 1:
+    raise ValueError(f"rewards must be [T, ...] with rank >= 1, got shape {shape}")
+  if shape[0] < 1:
+    raise ValueError(f"rewards must have at least one step, got shape {shape}")
+  return shape
+
+
+def _check_per_step(name: str, x: ArrayLike, shape: Tuple[int, ...]) -> None:
+  """`x` is a float scalar, a per-step [T] array, or a full `shape` array."""
+  _check_float(name, x, allow_python_number=True)
+  xs = _shape(x)
+  if xs not in ((), (shape[0],), shape):
+    raise ValueError(f"{name} must be a scalar, [T] = ({shape[0]},) or [T, ...] = "
+                     f"{shape} like rewards, got shape {xs}")
+
+
+def _check_same(name: str, x: ArrayLike, shape: Tuple[int, ...]) -> None:
+  if _shape(x) != shape:
+    raise ValueError(f"{name} must have the shape of rewards {shape}, got {_shape(x)}")
+
+
+def _check_values(values: ArrayLike, shape: Tuple[int, ...]) -> None:
+  _check_float("values", values)
+  want = (shape[0] + 1,) + shape[1:]
+  if _shape(values) != want:
+    raise ValueError(f"values must be [T + 1, ...] = {want} for rewards {shape} (one "
+                     f"more step, to bootstrap the last), got {_shape(values)}")
+
+
+def _check_lambda(lambda_: ArrayLike, shape: Tuple[int, ...]) -> None:
+  _check_per_step("lambda_", lambda_, shape)
+  if isinstance(lambda_, jax.core.Tracer):
+    return  # Only concrete values can be range-checked; traced ones are the caller's.
+  lam = np.asarray(lambda_)
+  if not np.all((lam >= 0.0) & (lam <= 1.0)):
+    bad = lam[~((lam >= 0.0) & (lam <= 1.0))] if lam.ndim else lam
+    raise ValueError(f"lambda_ must lie in [0, 1], got {np.ravel(bad)[:4]} "
+                     f"(shape {lam.shape})")
+
+
+def _check_boundaries(shape, terminated, truncated, final_values) -> None:
+  for name, x in (("terminated", terminated), ("truncated", truncated)):
+    if x is None:
+      continue
+    if not hasattr(x, "dtype"):
+      raise ValueError(f"{name} must be a [T, ...] array, got {type(x).__name__}")
+    if not (jnp.issubdtype(x.dtype, jnp.bool_) or jnp.issubdtype(x.dtype, jnp.number)):
+      raise ValueError(f"{name} must be bool (or 0/1 numbers), got dtype {x.dtype}")
+    _check_same(name, x, shape)
+  if truncated is not None and final_values is None:
+    raise ValueError("truncated needs final_values [T, ...]: a truncated step "
+                     "bootstraps from the value of its final observation")
+  if final_values is not None:
+    if truncated is None:
+      raise ValueError("final_values is only read at truncated steps; pass truncated "
+                       "[T, ...] with it")
+    _check_float("final_values", final_values)
+    _check_same("final_values", final_values, shape)
+
+
+def _check_common(rewards, discounts, terminated, truncated, final_values, method):
+  shape = _check_rewards(rewards)
+  _check_per_step("discounts", discounts, shape)
+  _check_boundaries(shape, terminated, truncated, final_values)
+  if method not in METHODS:
+    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+  return shape
+
+
+def _check_stop(stop_target_gradients) -> None:
+  if not isinstance(stop_target_gradients, (bool, np.bool_)):
+    raise ValueError("stop_target_gradients must be a Python bool, got "
+                     f"{type(stop_target_gradients).__name__}")
+
+
+def _check_lambda_call(rewards, discounts, values, lambda_, terminated, truncated,
+                       final_values, method, stop_target_gradients):
+  shape = _check_common(rewards, discounts, terminated, truncated, final_values, method)
+  _check_values(values, shape)
+  _check_lambda(lambda_, shape)
+  _check_stop(stop_target_gradients)
+  return shape
+
+
+# ----------------------------------------------------------------------------------
+# The recurrence A_t = x_t + c_t * A_{t+1}.
+
+
+def _dtype(*xs) -> Any:
+  """At least float32: accumulating thousands of steps in bf16 loses the signal."""
+  floats = [x for x in xs if x is not None]
+  return jnp.promote_types(jnp.result_type(*floats), jnp.float32)
+
+
+def _per_step(x: ArrayLike, shape: Tuple[int, ...], dtype) -> Array:
+  """A scalar stays a scalar; a [T] array gets trailing unit dims to broadcast."""
+  x = jnp.asarray(x, dtype)
+  if x.ndim == 1 and len(shape) > 1:
+    x = x.reshape((shape[0],) + (1,) * (len(shape) - 1))
+  return x
+
+
+def _solve_scan(x: Array, factors: Tuple[Array, ...], cuts: Tuple[Array, ...],
+                init: Array) -> Array:
+  """Reverse scan; `x`'s buffer is overwritten in place by the output.
+
+  c_t is formed inside the loop from its factors (often scalars or [T]) and the bool
+  cut flags, instead of being materialised as a [T, ...] float array, and the output
+  reuses x's buffer: the loop then reads and writes the fewest rows per step, which is
+  what a step costs on CPU.
+  """
+  num_steps = x.shape[0]
+  stepped = tuple(f for f in factors if f.ndim > 0)
+  fixed = tuple(f for f in factors if f.ndim == 0)
+
+  def body(carry, per_step):
+    a, buf, t = carry
+    step_factors, step_cuts = per_step
+    c = jnp.ones((), x.dtype)
+    for f in step_factors + fixed:
+      c = c * f
+    future = c * a
+    for cut in step_cuts:
+      future = jnp.where(cut, jnp.zeros((), x.dtype), future)
+    a = jax.lax.dynamic_index_in_dim(buf, t, keepdims=False) + future
+    return (a, jax.lax.dynamic_update_index_in_dim(buf, a, t, 0), t - 1), None
+
+  init = jnp.broadcast_to(init, x.shape[1:]).astype(x.dtype)
+  (_, out, _), _ = jax.lax.scan(
+      body, (init, x, jnp.int32(num_steps - 1)), (stepped, cuts), length=num_steps,
+      reverse=True)
+  return out
+
+
+def _compose(later, earlier):
+  """(earlier o later): a -> x_e + c_e * (x_l + c_l * a)."""
+  c_l, x_l = later
+  c_e, x_e = earlier
+  return c_e * c_l, x_e + c_e * x_l
+
+
+def _solve_associative(x: Array, factors: Tuple[Array, ...], cuts: Tuple[Array, ...],
+                       init: Array) -> Array:
+  c = jnp.ones((), x.dtype)
+  for f in factors:
+    c = c * f
+  for cut in cuts:
+    c = jnp.where(cut, jnp.zeros((), x.dtype), c)
+  c = jnp.broadcast_to(c, x.shape)
+  x = x.at[-1].add(c[-1] * init)  # fold A_T into the last map so the scan starts at 0
+  _, out = jax.lax.associative_scan(_compose, (c, x), reverse=True, axis=0)
+  return out
+
+
+def _solve(x, factors, cuts, init, method):
+  """A_t = x_t + c_t A_{t+1}, A_T = init; c_t = prod(factors)_t, or 0 where any cut_t."""
+  factors = tuple(jnp.asarray(f).astype(x.dtype) for f in factors)
+  cuts = [c.astype(bool) for c in cuts if c is not None]
+  # One flag row per step is cheaper for the scan to read than two.
+  cuts = (functools.reduce(jnp.logical_or, cuts),) if cuts else ()
+  solver = _solve_associative if method == "associative" else _solve_scan
+  return solver(x, factors, cuts, init)
+
+
+def _boundary_terms(values, discounts, terminated, truncated, final_values, dtype):
+  """bootstrap_t = discount_t (1 - term_t) next_value_t, next_value_t as in DESIGN.md."""
+  next_values = values[1:]
+  if truncated is not None:
+    next_values = jnp.where(truncated.astype(bool), final_values.astype(dtype),
+                            next_values)
+  bootstrap = discounts * next_values
+  if terminated is not None:
+    bootstrap = jnp.where(terminated.astype(bool), jnp.zeros((), dtype), bootstrap)
+  return bootstrap
+
+
+def _td_impl(rewards, discounts, values, terminated, truncated, final_values, stop):
+  dtype = _dtype(rewards, values)
+  discounts = _per_step(discounts, rewards.shape, dtype)
+  values = values.astype(dtype)
+  bootstrap = _boundary_terms(values, discounts, terminated, truncated, final_values,
+                             dtype)
+  target = rewards.astype(dtype) + bootstrap
+  if stop:
+    target = jax.lax.stop_gradient(target)
+  return target - values[:-1]
+
+
+def _gae_impl(rewards, discounts, values, lambda_, terminated, truncated, final_values,
+              method, stop):
+  if stop:
+    # The lambda-return target is built from constants; the baseline keeps its gradient
+    # through `v - stop_gradient(v)`, which is exactly 0 in value, so the advantages are
+    # bit-identical to the unstopped ones.
+    live_v = values[:-1] - jax.lax.stop_gradient(values[:-1])
+    rewards, discounts, values, lambda_, final_values = jax.tree.map(
+        jax.lax.stop_gradient, (rewards, discounts, values, lambda_, final_values))
+  dtype = _dtype(rewards, values)
+  shape = rewards.shape
+  discounts = _per_step(discounts, shape, dtype)
+  lambda_ = _per_step(lambda_, shape, dtype)
+  values = values.astype(dtype)
+  bootstrap = _boundary_terms(values, discounts, terminated, truncated, final_values,
+                             dtype)
+  x = rewards.astype(dtype) + bootstrap - values[:-1]
+  adv = _solve(x, (discounts, lambda_), (terminated, truncated), jnp.zeros((), dtype),
+               method)
+  return adv - live_v.astype(dtype) if stop else adv
+
+
+def _lambda_returns_impl(rewards, discounts, values, lambda_, terminated, truncated,
+                         final_values, method, stop):
+  adv = _gae_impl(rewards, discounts, values, lambda_, terminated, truncated,
+                  final_values, method, False)
+  returns = adv + values[:-1].astype(adv.dtype)
+  return jax.lax.stop_gradient(returns) if stop else returns
+
+
+_td_jit = jax.jit(_td_impl, static_argnames="stop")
+_gae_jit = jax.jit(_gae_impl, static_argnames=("method", "stop"))
+_lambda_returns_jit = jax.jit(_lambda_returns_impl, static_argnames=("method", "stop"))
+
+
+def _discounted_impl(rewards, discounts, bootstrap_value, terminated, truncated,
+                     final_values, method):
+  dtype = _dtype(rewards)
+  shape = rewards.shape
+  discounts = _per_step(discounts, shape, dtype)
+  x = rewards.astype(dtype)
+  if truncated is not None:
+    live = truncated.astype(bool)
+    if terminated is not None:
+      live = live & ~terminated.astype(bool)
+    x = x + jnp.where(live, discounts * final_values.astype(dtype), jnp.zeros((), dtype))
+  init = jnp.zeros((), dtype) if bootstrap_value is None else bootstrap_value
+  return _solve(x, (discounts,), (terminated, truncated), jnp.asarray(init, dtype),
+                method)
+
+
+_discounted_jit = jax.jit(_discounted_impl, static_argnames="method")
+
+
+# ----------------------------------------------------------------------------------
+# Public API.
+
+
+def discounted_returns(rewards: ArrayLike, discounts: ArrayLike, *,
+                       bootstrap_value: Optional[ArrayLike] = None,
+                       terminated: Optional[ArrayLike] = None,
+                       truncated: Optional[ArrayLike] = None,
+                       final_values: Optional[ArrayLike] = None,
+                       method: str = "auto") -> Array:
+  """Returns-to-go `G_t = r_t + discount_t * G_{t+1}`, restarted at episode boundaries.
+
+  Args:
+    rewards: [T, ...] float, reward of step t; trailing dims are any batch.
+    discounts: [], [T] or [T, ...] float, discount applied after step t.
+    bootstrap_value: optional [] or [...] float, `G_T`, the value after the window's
+      last step (default 0: the window ends the episode).
+    terminated: optional [T, ...] bool, the episode ended in a terminal state at t:
+      `G_t = r_t`.
+    truncated: optional [T, ...] bool, the episode was cut at t:
+      `G_t = r_t + discount_t * final_values_t`. Requires `final_values`.
+    final_values: optional [T, ...] float, value of the observation that ended the
+      episode at t (read only where truncated and not terminated).
+    method: "scan" | "associative" | "auto" (see the module docstring).
+
+  Returns:
+    [T, ...] float32 (float64 for float64 inputs) returns-to-go.
+  """
+  shape = _check_common(rewards, discounts, terminated, truncated, final_values, method)
+  if bootstrap_value is not None:
+    _check_float("bootstrap_value", bootstrap_value, allow_python_number=True)
+    if _shape(bootstrap_value) not in ((), shape[1:]):
+      raise ValueError(f"bootstrap_value must be a scalar or [...] = {shape[1:]} (the "
+                       f"batch dims of rewards {shape}), got {_shape(bootstrap_value)}")
+  return _discounted_jit(rewards, discounts, bootstrap_value, terminated, truncated,
+                         final_values, method=resolve_method(method, shape[0]))
+
+
+def td_errors(rewards: ArrayLike, discounts: ArrayLike, values: ArrayLike, *,
+              terminated: Optional[ArrayLike] = None,
+              truncated: Optional[ArrayLike] = None,
+              final_values: Optional[ArrayLike] = None,
+              stop_target_gradients: bool = False) -> Array:
+  """One-step TD errors `delta_t = r_t + discount_t (1 - term_t) next_value_t - v_t`.
+
+  Args:
+    rewards: [T, ...] float.
+    discounts: [], [T] or [T, ...] float.
+    values: [T + 1, ...] float, values at steps 0..T (the last bootstraps step T - 1).
+    terminated, truncated, final_values: optional [T, ...] boundaries, as in `gae`.
+    stop_target_gradients: if True the target `r_t + discount_t next_value_t` is a
+      constant, so gradients reach only `values[t]` (semi-gradient TD).
+
+  Returns:
+    [T, ...] float TD errors.
+  """
+  shape = _check_common(rewards, discounts, terminated, truncated, final_values, "scan")
+  _check_values(values, shape)
+  _check_stop(stop_target_gradients)
+  return _td_jit(rewards, discounts, values, terminated, truncated, final_values,
+                 stop=bool(stop_target_gradients))
+
+
+def gae(rewards: ArrayLike, discounts: ArrayLike, values: ArrayLike,
+        lambda_: ArrayLike, *,
+        terminated: Optional[ArrayLike] = None,
+        truncated: Optional[ArrayLike] = None,
+        final_values: Optional[ArrayLike] = None,
+        method: str = "auto",
+        stop_target_gradients: bool = False) -> Array:
+  """Generalized advantage estimates `A_t = delta_t + discount_t lambda_t (1 - done_t) A_{t+1}`.
+
+  Equals `rlax.truncated_generalized_advantage_estimation(r, d, lambda_, v)` when no
+  boundary arrays are given.
+
+  Args:
+    rewards: [T, ...] float, reward of step t; trailing dims are any batch.
+    discounts: [], [T] or [T, ...] float, discount applied after step t (gamma; the
+      boundary arrays, not the discount, say where episodes end).
+    values: [T + 1, ...] float, values of the observations at steps 0..T; values[T]
+      bootstraps the window's last step.
+    lambda_: [], [T] or [T, ...] float in [0, 1]; checked when concrete.
+    terminated: optional [T, ...] bool, step t ended its episode in a terminal state:
+      no bootstrap, no credit from later steps.
+    truncated: optional [T, ...] bool, step t ended its episode by a time limit:
+      bootstrap from `final_values[t]`, no credit from later steps.
+    final_values: optional [T, ...] float, value of the observation that ended the
+      episode at t (required with `truncated`, read only where it is True).
+    method: "scan" | "associative" | "auto" (see the module docstring).
+    stop_target_gradients: if True the result is `stop_gradient(G_t) - values[t]`:
+      the lambda-return target is a constant and gradients reach only the baseline
+      `values[t]` (so `0.5 * gae**2` is the TD(lambda) value loss). Unlike rlax, which
+      stops the whole advantage, this keeps gae(lambda=0) == td_errors in value and in
+      gradient. A policy-gradient weight still needs `jax.lax.stop_gradient(gae(...))`.
+
+  Returns:
+    [T, ...] float32 (float64 for float64 inputs) advantages.
+  """
+  shape = _check_lambda_call(rewards, discounts, values, lambda_, terminated, truncated,
+                             final_values, method, stop_target_gradients)
+  return _gae_jit(rewards, discounts, values, lambda_, terminated, truncated,
+                  final_values, method=resolve_method(method, shape[0]),
+                  stop=bool(stop_target_gradients))
+
+
+def lambda_returns(rewards: ArrayLike, discounts: ArrayLike, values: ArrayLike,
+                   lambda_: ArrayLike, *,
+                   terminated: Optional[ArrayLike] = None,
+                   truncated: Optional[ArrayLike] = None,
+                   final_values: Optional[ArrayLike] = None,
+                   method: str = "auto",
+                   stop_target_gradients: bool = False) -> Array:
+  """Lambda-returns `G_t = A_t + values[t]` (TD(lambda) targets), boundaries as in `gae`.
+
+  Equals `rlax.lambda_returns(r, d, values[1:], lambda_)` when no boundary arrays are
+  given (rlax takes the values at steps 1..T; here `values` is [T + 1, ...] like `gae`).
+
+  Args:
+    rewards: [T, ...] float.
+    discounts: [], [T] or [T, ...] float.
+    values: [T + 1, ...] float, values at steps 0..T.
+    lambda_: [], [T] or [T, ...] float in [0, 1].
+    terminated, truncated, final_values: optional [T, ...] boundaries, as in `gae`.
+    method: "scan" | "associative" | "auto".
+    stop_target_gradients: if True the returns are constants (no gradient at all).
+
+  Returns:
+    [T, ...] float lambda-returns.
+  """
+  shape = _check_lambda_call(rewards, discounts, values, lambda_, terminated, truncated,
+                             final_values, method, stop_target_gradients)
+  return _lambda_returns_jit(rewards, discounts, values, lambda_, terminated,
+                             truncated, final_values,
+                             method=resolve_method(method, shape[0]),
+                             stop=bool(stop_target_gradients))
