@@ -204,7 +204,7 @@ def _per_step(x: ArrayLike, shape: Tuple[int, ...], dtype) -> Array:
 
 
 def _solve_scan(x: Array, factors: Tuple[Array, ...], cuts: Tuple[Array, ...],
-                init: Array) -> Array:
+                init: Optional[Array]) -> Array:
   """Reverse scan; `x`'s buffer is overwritten in place by the output.
 
   c_t is formed inside the loop from its factors (often scalars or [T]) and the bool
@@ -228,7 +228,8 @@ def _solve_scan(x: Array, factors: Tuple[Array, ...], cuts: Tuple[Array, ...],
     a = jax.lax.dynamic_index_in_dim(buf, t, keepdims=False) + future
     return (a, jax.lax.dynamic_update_index_in_dim(buf, a, t, 0), t - 1), None
 
-  init = jnp.broadcast_to(init, x.shape[1:]).astype(x.dtype)
+  init = jnp.zeros(x.shape[1:], x.dtype) if init is None else jnp.broadcast_to(
+      init, x.shape[1:]).astype(x.dtype)
   (_, out, _), _ = jax.lax.scan(
       body, (init, x, jnp.int32(num_steps - 1)), (stepped, cuts), length=num_steps,
       reverse=True)
@@ -243,20 +244,23 @@ def _compose(later, earlier):
 
 
 def _solve_associative(x: Array, factors: Tuple[Array, ...], cuts: Tuple[Array, ...],
-                       init: Array) -> Array:
+                       init: Optional[Array]) -> Array:
   c = jnp.ones((), x.dtype)
   for f in factors:
     c = c * f
   for cut in cuts:
     c = jnp.where(cut, jnp.zeros((), x.dtype), c)
-  c = jnp.broadcast_to(c, x.shape)
-  x = x.at[-1].add(c[-1] * init)  # fold A_T into the last map so the scan starts at 0
+  # Keep c at its own (often [T, 1, ...]) shape: the compositions broadcast it.
+  c = jnp.reshape(c, c.shape + (1,) * (x.ndim - c.ndim))
+  c = jnp.broadcast_to(c, x.shape[:1] + c.shape[1:])
+  if init is not None:
+    x = x.at[-1].add(c[-1] * init)  # fold A_T into the last map: the scan starts at 0
   _, out = jax.lax.associative_scan(_compose, (c, x), reverse=True, axis=0)
   return out
 
 
 def _solve(x, factors, cuts, init, method):
-  """A_t = x_t + c_t A_{t+1}, A_T = init; c_t = prod(factors)_t, or 0 where any cut_t."""
+  """A_t = x_t + c_t A_{t+1}, A_T = init (None: 0); c_t = prod(factors)_t, 0 where cut_t."""
   factors = tuple(jnp.asarray(f).astype(x.dtype) for f in factors)
   cuts = [c.astype(bool) for c in cuts if c is not None]
   # One flag row per step is cheaper for the scan to read than two.
@@ -306,8 +310,7 @@ def _gae_impl(rewards, discounts, values, lambda_, terminated, truncated, final_
   bootstrap = _boundary_terms(values, discounts, terminated, truncated, final_values,
                              dtype)
   x = rewards.astype(dtype) + bootstrap - values[:-1]
-  adv = _solve(x, (discounts, lambda_), (terminated, truncated), jnp.zeros((), dtype),
-               method)
+  adv = _solve(x, (discounts, lambda_), (terminated, truncated), None, method)
   return adv - live_v.astype(dtype) if stop else adv
 
 
@@ -335,9 +338,8 @@ def _discounted_impl(rewards, discounts, bootstrap_value, terminated, truncated,
     if terminated is not None:
       live = live & ~terminated.astype(bool)
     x = x + jnp.where(live, discounts * final_values.astype(dtype), jnp.zeros((), dtype))
-  init = jnp.zeros((), dtype) if bootstrap_value is None else bootstrap_value
-  return _solve(x, (discounts,), (terminated, truncated), jnp.asarray(init, dtype),
-                method)
+  init = None if bootstrap_value is None else jnp.asarray(bootstrap_value, dtype)
+  return _solve(x, (discounts,), (terminated, truncated), init, method)
 
 
 _discounted_jit = jax.jit(_discounted_impl, static_argnames="method")
