@@ -1,0 +1,84 @@
+"""Shared pieces of credit_jax's environments: a gymnax base class and argument checks.
+
+Every environment here subclasses gymnax's `Environment`, so `reset`, `step` (with
+gymnax 1.0's auto-reset and the six-value return) and jit/vmap come from gymnax. What
+this module adds is one rule about episode ends that gymnax leaves open:
+
+  * `terminated`: the task itself is over (goal reached, submitted, horizon of a
+    fixed-length task); no bootstrapping.
+  * `truncated`: the time limit `params.max_steps_in_episode` cut the episode short.
+    It is never set on a step that also terminates, so a boundary has exactly one kind
+    and estimators never have to break a tie.
+
+Shape-determining settings (horizon, sizes, vocabularies) are static attributes of the
+environment object, validated by the constructor; numeric settings that a sweep may vary
+live in the `EnvParams` pytree so a sweep over them is a `vmap`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from gymnax.environments import environment, spaces
+
+
+class CreditEnv(environment.Environment):
+  """gymnax `Environment` whose time limit never overlaps a natural termination.
+
+  Subclasses implement `step_env`, `reset_env`, `get_obs`, `is_terminated` and
+  `num_actions`, set `obs_shape`, and may extend `validate_params`. Actions are
+  discrete and observations float32 vectors in [0, 1].
+  """
+
+  obs_shape: tuple
+
+  def action_space(self, params: Any = None) -> spaces.Discrete:
+    return spaces.Discrete(self.num_actions)
+
+  def observation_space(self, params: Any = None) -> spaces.Box:
+    return spaces.Box(0.0, 1.0, self.obs_shape, jnp.float32)
+
+  def is_truncated(self, state: Any, params: Any) -> jax.Array:
+    """[] bool: the time limit was reached by a step that did not end the task."""
+    out_of_time = state.time >= params.max_steps_in_episode
+    return jnp.logical_and(out_of_time,
+                           jnp.logical_not(self.is_terminated(state, params)))
+
+  def validate_params(self, params: Any) -> None:
+    """Raises ValueError naming the field when concrete `params` are impossible."""
+    check_param_range("max_steps_in_episode", params.max_steps_in_episode, 1)
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = None,
+              maximum: int | None = None) -> int:
+  """Returns `value` as a Python int, or raises ValueError naming `name`.
+
+  Static settings must be concrete integers (not bools, floats or arrays), because
+  they fix array shapes or Python-level structure.
+  """
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise ValueError(f"{name} must be an integer, got {value!r}")
+  value = int(value)
+  if minimum is not None and value < minimum:
+    raise ValueError(f"{name} must be >= {minimum}, got {value}")
+  if maximum is not None and value > maximum:
+    raise ValueError(f"{name} must be <= {maximum}, got {value}")
+  return value
+
+
+def check_param_range(name: str, value: Any, low: float,
+                      high: float = float("inf")) -> None:
+  """Raises ValueError naming `name` unless concrete `value` (any shape) is in [low, high].
+
+  Params may be batched for a sweep, so every element is checked; traced values (a
+  sweep built inside jit) cannot be inspected and are left to the caller.
+  """
+  if isinstance(value, jax.core.Tracer):
+    return
+  values = np.asarray(value)
+  if values.dtype == bool or not np.issubdtype(values.dtype, np.number):
+    raise ValueError(f"{name} must be numeric, got {value!r}")
+  if np.any(values < low) or np.any(values > high):
+    raise ValueError(f"{name} must lie in [{low}, {high}], got {value!r}")

@@ -1,0 +1,154 @@
+"""TextEdit-v0: a tiny editor whose goal is a target buffer (the agentic-coding analogue).
+
+The buffer holds up to `buffer_len` (L) tokens from a vocabulary of `vocab_size` (V);
+unused slots hold `PAD` (-1). A cursor sits between tokens, in `[0, length]`. Actions:
+
+  0 `LEFT`, 1 `RIGHT`    move the cursor (no-op at either end);
+  2 `DELETE`             backspace: remove the token before the cursor (no-op at 0);
+  3 `SUBMIT`             end the episode; reward 1.0 iff buffer == goal, else 0.0;
+  4 + v (`WRITE` + v)    insert token v at the cursor and move past it (no-op when full).
+
+Each episode starts from `start_len` uniform tokens with the cursor at 0; the goal is
+the start with `num_edits` distinct positions changed to a different token, so an editor
+must move, delete and write to reach it. (Tokens come from 32-bit words modulo V: exact
+for V a power of two, else off uniform by < V / 2**32 relative.) Submitting terminates; otherwise the time limit
+`params.max_steps_in_episode` (default 4 * L) truncates with reward 0.
+
+Observation (float32, `[L*V + (L+1) + L*V]`): one-hot buffer (PAD rows all zero), one-hot
+cursor, one-hot goal buffer (the goal part). Goal API (see `goal.py`): the achieved goal
+is the buffer, `[L]` int32 with PAD; the goal is checked on submit steps only, so the
+achieved goal of an episode is the buffer at submit or at the horizon.
+
+Actions are cast to int32; an action outside `[0, 4 + V)` is a no-op, so it can never
+submit or produce a success by itself.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from gymnax.environments import environment
+
+from credit_jax.envs import base, goal
+
+PAD = -1
+LEFT, RIGHT, DELETE, SUBMIT, WRITE = 0, 1, 2, 3, 4
+
+
+@struct.dataclass
+class TextEditState(environment.EnvState):
+  buffer: jax.Array     # [L] int32  tokens in [0, V), PAD after `length`
+  length: jax.Array     # [] int32   number of tokens in the buffer
+  cursor: jax.Array     # [] int32   in [0, length]
+  goal: jax.Array       # [L] int32  target buffer, PAD-padded
+  submitted: jax.Array  # [] bool    the last action was SUBMIT
+  time: jax.Array       # [] int32   steps taken in this episode
+
+
+@struct.dataclass
+class TextEditParams(environment.EnvParams):
+  max_steps_in_episode: int = 32  # time limit; make() sets it to 4 * buffer_len
+
+
+class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
+  """TextEdit-v0. See the module docstring."""
+
+  def __init__(self, buffer_len: int = 8, vocab_size: int = 4, start_len: int = 6,
+               num_edits: int = 2):
+    super().__init__()
+    self.buffer_len = base.check_int("buffer_len", buffer_len, minimum=1)
+    self.vocab_size = base.check_int("vocab_size", vocab_size, minimum=2)
+    self.start_len = base.check_int("start_len", start_len, minimum=0,
+                                    maximum=self.buffer_len)
+    self.num_edits = base.check_int("num_edits", num_edits, minimum=0,
+                                    maximum=self.start_len)
+    self.goal_shape = (self.buffer_len,)
+    self.goal_obs_size = self.buffer_len * self.vocab_size
+    self.obs_shape = (2 * self.goal_obs_size + self.buffer_len + 1,)
+
+  @property
+  def name(self) -> str:
+    return "TextEdit-v0"
+
+  @property
+  def num_actions(self) -> int:
+    return WRITE + self.vocab_size
+
+  @property
+  def default_params(self) -> TextEditParams:
+    return TextEditParams(max_steps_in_episode=4 * self.buffer_len)
+
+  def reset_env(self, key: jax.Array, params: TextEditParams
+                ) -> Tuple[jax.Array, TextEditState]:
+    # One call of the bit generator (gymnax runs reset_env on every step): L words
+    # for the tokens, start_len to rank the positions, num_edits for the new tokens.
+    n_len, n_start = self.buffer_len, self.start_len
+    words = jax.random.bits(key, (n_len + n_start + self.num_edits,), jnp.uint32)
+    slots = jnp.arange(n_len)
+    tokens = (words[:n_len] % self.vocab_size).astype(jnp.int32)
+    buffer = jnp.where(slots < n_start, tokens, PAD)
+    target = buffer
+    if self.num_edits:
+      # The smallest random ranks pick distinct positions (a stable sort breaks ties).
+      where = jnp.argsort(words[n_len:n_len + n_start])[:self.num_edits]
+      # A nonzero shift mod V makes every edited token differ from the start.
+      shift = 1 + (words[n_len + n_start:] % (self.vocab_size - 1)).astype(jnp.int32)
+      target = buffer.at[where].set((buffer[where] + shift) % self.vocab_size)
+    state = TextEditState(buffer=buffer, length=jnp.asarray(n_start, jnp.int32),
+                          cursor=jnp.zeros((), jnp.int32), goal=target,
+                          submitted=jnp.array(False), time=jnp.zeros((), jnp.int32))
+    return self.get_obs(state), state
+
+  def step_env(self, key: jax.Array, state: TextEditState, action: Any,
+               params: TextEditParams
+               ) -> Tuple[jax.Array, TextEditState, jax.Array, jax.Array, Dict]:
+    del key  # Deterministic transitions.
+    action = jnp.asarray(action, jnp.int32)
+    buf, length, cursor = state.buffer, state.length, state.cursor
+    slots = jnp.arange(self.buffer_len)
+    token = action - WRITE
+    write = (action >= WRITE) & (token < self.vocab_size) & (length < self.buffer_len)
+    delete = (action == DELETE) & (cursor > 0)
+    left = (action == LEFT) & (cursor > 0)
+    right = (action == RIGHT) & (cursor < length)
+    # Insert: slots after the cursor take their left neighbour (slot 0 never does).
+    inserted = jnp.where(slots < cursor, buf,
+                         jnp.where(slots == cursor, token, jnp.roll(buf, 1)))
+    # Backspace: slots from cursor - 1 on take their right neighbour, the last gets PAD.
+    shifted = jnp.concatenate([buf[1:], jnp.full((1,), PAD, buf.dtype)])
+    deleted = jnp.where(slots < cursor - 1, buf, shifted)
+    buf = jnp.where(write, inserted, jnp.where(delete, deleted, buf))
+    up = write.astype(jnp.int32) + right.astype(jnp.int32)
+    down = delete.astype(jnp.int32) + left.astype(jnp.int32)
+    state = state.replace(
+        buffer=buf,
+        length=length + write.astype(jnp.int32) - delete.astype(jnp.int32),
+        cursor=cursor + up - down,
+        submitted=action == SUBMIT,
+        time=state.time + 1)
+    terminated = self.is_terminated(state, params)
+    reward = self.goal_reward(buf, state.goal) * terminated
+    info = {"achieved_goal": buf, "goal_checked": terminated}
+    return self.get_obs(state), state, reward, terminated, info
+
+  def is_terminated(self, state: TextEditState, params: Any) -> jax.Array:
+    return state.submitted
+
+  def get_obs(self, state: TextEditState, params: Any = None, key: Any = None
+              ) -> jax.Array:
+    """[2*L*V + L + 1] float32: one-hot buffer, one-hot cursor, one-hot goal."""
+    cursor = (jnp.arange(self.buffer_len + 1) == state.cursor).astype(jnp.float32)
+    return jnp.concatenate([self.encode_goal(state.buffer), cursor,
+                            self.encode_goal(state.goal)])
+
+  def achieved_goal(self, state: TextEditState) -> jax.Array:
+    return state.buffer
+
+  def encode_goal(self, tokens: jax.Array) -> jax.Array:
+    """tokens: [..., L] int (PAD allowed) -> [..., L*V] float32 one-hot (PAD: zeros)."""
+    tokens = jnp.asarray(tokens)
+    onehot = tokens[..., None] == jnp.arange(self.vocab_size)
+    return onehot.reshape(tokens.shape[:-1] + (self.goal_obs_size,)).astype(
+        jnp.float32)

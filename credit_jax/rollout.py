@@ -1,0 +1,198 @@
+"""The rollout engine: a policy and a gymnax environment in, a time-major Trajectory out.
+
+Three ways to collect, all pure and jittable (wrap them in `jax.jit` with `env`,
+`policy_fn` and the sizes static, or call them inside a jitted train step):
+
+  * `collect`: `num_steps` steps of `B` auto-resetting environments, resumable from the
+    returned `(env_state, obs)`; every step is valid.
+  * `collect_episodes`: the first episode of each of `num_envs` fresh environments, run
+    for `horizon` steps; `valid` is True up to and including the step where that episode
+    ended and False after (those steps belong to the next, auto-reset episode). An
+    episode still running at `horizon` has all steps valid and neither boundary flag at
+    its last step: bootstrap it from `final_obs[-1]` if needed.
+  * `collect_groups`: `group_size` episodes per task from the *same* start state (the
+    GRPO group): each task is reset once and its state copied to every member; members
+    get independent action and environment keys.
+
+The policy is written for one observation, `policy_fn(params, obs, key) -> (action,
+log_prob, extras)`, and vmapped here. Per step the engine does what a bare
+`lax.scan` of `env.step` must do anyway (one key split, one vmapped policy call, one
+vmapped step), so its overhead over a hand-written gymnax scan stays small; see
+BENCHMARKS.md ("Environment stepping") for the measured ratio.
+
+Trajectory fields (see `credit_jax.types.Trajectory`): `final_obs` is gymnax's
+`info["final_observation"]` (the observation that ended the step, before any reset);
+`info` keeps the environment's own entries (e.g. KeyChain's "pivotal") and drops
+gymnax's "final_observation", "terminated" and "truncated", which are fields already.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Tuple
+
+import jax
+import jax.numpy as jnp
+
+from credit_jax.envs.base import check_int
+from credit_jax.types import PolicyFn, Trajectory
+
+_GYMNAX_INFO_FIELDS = ("final_observation", "terminated", "truncated")
+
+
+def uniform_random_policy(num_actions: int) -> PolicyFn:
+  """A `PolicyFn` that ignores params and obs and picks one of `num_actions` uniformly.
+
+  Returns actions `[] int32` with log-probability `-log(num_actions)` and no extras.
+  One random 32-bit word per call, reduced modulo `num_actions`: exactly uniform when
+  `num_actions` is a power of two, otherwise each action's probability is off by less
+  than `num_actions / 2**32` relative (a third of what `jax.random.randint` costs).
+  """
+  num_actions = check_int("num_actions", num_actions, minimum=1)
+  log_prob = -math.log(num_actions)
+
+  def policy(params: Any, obs: Any, key: jax.Array):
+    del params, obs
+    word = jax.random.bits(key, (), jnp.uint32)
+    return (word % num_actions).astype(jnp.int32), jnp.float32(log_prob), ()
+
+  return policy
+
+
+def reset(env: Any, env_params: Any, key: jax.Array, num_envs: int
+          ) -> Tuple[Any, Any]:
+  """Resets `num_envs` environments with independent keys.
+
+  Returns:
+    obs: [num_envs, *obs_shape]; env_state: pytree with leaves [num_envs, ...].
+  """
+  num_envs = check_int("num_envs", num_envs, minimum=1)
+  keys = jax.random.split(key, num_envs)
+  return jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
+
+
+def collect(env: Any, env_params: Any, policy_fn: PolicyFn, policy_params: Any,
+            key: jax.Array, env_state: Any, obs: Any, num_steps: int
+            ) -> Tuple[Trajectory, Tuple[Any, Any]]:
+  """Runs `num_steps` steps of a batch of auto-resetting environments.
+
+  Args:
+    env, env_params: a gymnax environment and its params (shared by the batch).
+    policy_fn: `(params, obs, key) -> (action [], log_prob [], extras)` for ONE obs.
+    policy_params: passed unchanged to every call of `policy_fn`.
+    key: PRNG key for this chunk.
+    env_state: pytree with leaves [B, ...]; obs: [B, *obs_shape] (from `reset` or a
+      previous `collect`).
+    num_steps: T, a static Python int >= 1.
+  Returns:
+    traj: Trajectory with fields [T, B, ...]; `valid` all True.
+    (env_state, obs): the batch after the last step, to continue from.
+  """
+  num_steps = check_int("num_steps", num_steps, minimum=1)
+  batch = _batch_size(env_state, obs)
+  return _scan(env, env_params, policy_fn, policy_params, key, env_state, obs,
+               num_steps, batch)
+
+
+def collect_episodes(env: Any, env_params: Any, policy_fn: PolicyFn,
+                     policy_params: Any, key: jax.Array, num_envs: int, horizon: int
+                     ) -> Trajectory:
+  """One episode per environment from a fresh reset, up to `horizon` steps.
+
+  Returns:
+    Trajectory with fields [horizon, num_envs, ...]; `valid[t, b]` is True up to and
+    including the first step where env b's episode terminated or was truncated.
+  """
+  horizon = check_int("horizon", horizon, minimum=1)
+  key_reset, key_run = jax.random.split(key)
+  obs, env_state = reset(env, env_params, key_reset, num_envs)
+  traj, _ = _scan(env, env_params, policy_fn, policy_params, key_run, env_state, obs,
+                  horizon, num_envs)
+  return traj._replace(valid=first_episode_mask(traj.terminated, traj.truncated))
+
+
+def collect_groups(env: Any, env_params: Any, policy_fn: PolicyFn, policy_params: Any,
+                   key: jax.Array, num_tasks: int, group_size: int, horizon: int
+                   ) -> Trajectory:
+  """`group_size` episodes per task, all starting from the task's one start state.
+
+  Each task is reset once; its state is copied to the `group_size` members, which then
+  act and step with independent keys. Validity as in `collect_episodes`.
+
+  Returns:
+    Trajectory with fields [horizon, num_tasks, group_size, ...].
+  """
+  horizon = check_int("horizon", horizon, minimum=1)
+  num_tasks = check_int("num_tasks", num_tasks, minimum=1)
+  group_size = check_int("group_size", group_size, minimum=1)
+  key_reset, key_run = jax.random.split(key)
+  obs, env_state = reset(env, env_params, key_reset, num_tasks)
+  # Member-major inside each task, so a reshape to [num_tasks, group_size] regroups.
+  obs, env_state = jax.tree.map(lambda x: jnp.repeat(x, group_size, axis=0),
+                                (obs, env_state))
+  batch = num_tasks * group_size
+  traj, _ = _scan(env, env_params, policy_fn, policy_params, key_run, env_state, obs,
+                  horizon, batch)
+  traj = traj._replace(valid=first_episode_mask(traj.terminated, traj.truncated))
+  return jax.tree.map(
+      lambda x: x.reshape((horizon, num_tasks, group_size) + x.shape[2:]), traj)
+
+
+def first_episode_mask(terminated: jax.Array, truncated: jax.Array) -> jax.Array:
+  """[T, ...] bool: True up to and including the first boundary along axis 0.
+
+  Args:
+    terminated, truncated: [T, ...] bool.
+  """
+  if terminated.shape != truncated.shape or terminated.ndim < 1:
+    raise ValueError(f"terminated and truncated must share a shape [T, ...], got "
+                     f"{terminated.shape} and {truncated.shape}")
+  done = jnp.logical_or(terminated, truncated).astype(jnp.int32)
+  return (jnp.cumsum(done, axis=0) - done) == 0
+
+
+def _scan(env, env_params, policy_fn, policy_params, key, env_state, obs, num_steps,
+          batch):
+  """The engine's one loop: vmapped policy, vmapped env.step, scanned over time."""
+  act = jax.vmap(policy_fn, in_axes=(None, 0, 0))
+  step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+  def body(carry, step_key):
+    env_state, obs = carry
+    keys = jax.random.split(step_key, (2, batch))
+    action, log_prob, extras = act(policy_params, obs, keys[0])
+    _check_policy_output(action, log_prob, batch)
+    next_obs, env_state, reward, terminated, truncated, info = step(
+        keys[1], env_state, action, env_params)
+    final_obs = info["final_observation"]
+    info = {k: v for k, v in info.items() if k not in _GYMNAX_INFO_FIELDS}
+    out = (obs, action, reward.astype(jnp.float32), terminated, truncated,
+           log_prob.astype(jnp.float32), final_obs, extras, info)
+    return (env_state, next_obs), out
+
+  (env_state, obs), out = jax.lax.scan(body, (env_state, obs),
+                                       jax.random.split(key, num_steps))
+  obs_t, action, reward, terminated, truncated, log_prob, final_obs, extras, info = out
+  traj = Trajectory(obs=obs_t, actions=action, rewards=reward, terminated=terminated,
+                    truncated=truncated, log_probs=log_prob, final_obs=final_obs,
+                    valid=jnp.ones((num_steps, batch), bool), extras=extras, info=info)
+  return traj, (env_state, obs)
+
+
+def _check_policy_output(action, log_prob, batch):
+  if jnp.shape(action) != (batch,) or jnp.shape(log_prob) != (batch,):
+    raise ValueError(
+        "policy_fn must return a scalar action and a scalar log_prob per observation; "
+        f"vmapped over {batch} envs they have shapes {jnp.shape(action)} and "
+        f"{jnp.shape(log_prob)}, expected ({batch},)")
+
+
+def _batch_size(env_state: Any, obs: Any) -> int:
+  leaves = jax.tree.leaves((env_state, obs))
+  if not leaves or any(jnp.ndim(x) < 1 for x in leaves):
+    raise ValueError("env_state and obs must be batched: every leaf needs a leading "
+                     "[B] axis (use rollout.reset)")
+  sizes = {jnp.shape(x)[0] for x in leaves}
+  if len(sizes) != 1:
+    raise ValueError(f"env_state and obs leaves disagree on the batch size B: leading "
+                     f"dims {sorted(sizes)}")
+  return sizes.pop()

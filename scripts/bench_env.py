@@ -1,0 +1,145 @@
+"""Benchmark: random-policy environment steps per second, engine vs bare gymnax scan.
+
+For KeyChain-v0 (horizon 1000) and gymnax CartPole-v1, in one process:
+  * engine: `credit_jax.rollout.collect` with `rollout.uniform_random_policy`;
+  * bare:   a hand-written `lax.scan` of the vmapped `env.step`, stacking everything
+            `env.step` returns (obs, action, reward, terminated, truncated, info) as a
+            PureJaxRL-style collection loop does, with the batch's actions drawn in one
+            call: by `jax.random.randint` (the usual loop) and by the engine's own
+            sampler (random bits modulo the action count), the stricter baseline.
+Each timed call is one compiled scan of `num_steps` steps over `num_envs` envs;
+compilation is excluded (one warm-up call), the paths' calls alternate, and the
+median of `repeats` calls is reported with the spread (wall clock, and CPU seconds of
+all threads, which shared machines disturb less). The engine's overhead is taken
+against the faster of the two bare loops.
+
+  python3 scripts/bench_env.py                 # 256 envs on CPU, 4096 on a GPU
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+from absl import app, flags
+import jax
+import jax.numpy as jnp
+
+from credit_jax import envs, rollout
+
+_NUM_ENVS = flags.DEFINE_integer("num_envs", 0, "Envs per scan; 0: 4096 on GPU/TPU, 256 on CPU.")
+_NUM_STEPS = flags.DEFINE_integer("num_steps", 1000, "Steps per timed scan.")
+_REPEATS = flags.DEFINE_integer("repeats", 11, "Timed calls per (env, path); median reported.")
+_HORIZON = flags.DEFINE_integer("horizon", 1000, "KeyChain horizon T.")
+
+
+def bare_scan_fn(env, params, num_envs, num_steps, sampler):
+  """A jitted bare gymnax collection loop: (key, state, obs) -> (carry, stacked outputs).
+
+  sampler "randint": `jax.random.randint` over the batch (the usual hand-written loop);
+  "bits": one random word per env modulo the action count, the sampler
+  `rollout.uniform_random_policy` uses, so the comparison isolates the engine itself.
+  """
+  step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+  def sample(key):
+    if sampler == "randint":
+      return jax.random.randint(key, (num_envs,), 0, env.num_actions)
+    words = jax.random.bits(key, (num_envs,), jnp.uint32)
+    return (words % env.num_actions).astype(jnp.int32)
+
+  def body(carry, key):
+    state, obs = carry
+    key_act, key_env = jax.random.split(key)
+    action = sample(key_act)
+    next_obs, state, reward, terminated, truncated, info = step(
+        jax.random.split(key_env, num_envs), state, action, params)
+    return (state, next_obs), (obs, action, reward, terminated, truncated, info)
+
+  def run(key, state, obs):
+    return jax.lax.scan(body, (state, obs), jax.random.split(key, num_steps))
+
+  return jax.jit(run)
+
+
+def engine_fn(env, params, num_steps):
+  policy = rollout.uniform_random_policy(env.num_actions)
+
+  def run(key, state, obs):
+    return rollout.collect(env, params, policy, None, key, state, obs, num_steps)
+
+  return jax.jit(run)
+
+
+def time_calls(fns, args, repeats):
+  """Wall and process-CPU seconds of each call of each fn; compile excluded.
+
+  Calls of the different fns alternate so that load from other processes hits them
+  alike; CPU time (all threads) is reported too because it is less sensitive to that
+  load on a shared machine.
+  """
+  for fn in fns.values():
+    jax.block_until_ready(fn(*args))
+  wall = {name: [] for name in fns}
+  cpu = {name: [] for name in fns}
+  for r in range(repeats):
+    for name, fn in fns.items():
+      key = jax.random.fold_in(args[0], r + 1)
+      start, start_cpu = time.perf_counter(), time.process_time()
+      jax.block_until_ready(fn(key, *args[1:]))
+      wall[name].append(time.perf_counter() - start)
+      cpu[name].append(time.process_time() - start_cpu)
+  return wall, cpu
+
+
+def main(argv):
+  del argv
+  backend = jax.default_backend()
+  num_envs = _NUM_ENVS.value or (256 if backend == "cpu" else 4096)
+  num_steps = _NUM_STEPS.value
+  device = jax.devices()[0].device_kind
+  print(f"backend={backend} device={device} jax={jax.__version__} "
+        f"num_envs={num_envs} num_steps={num_steps} repeats={_REPEATS.value}")
+  cases = {
+      f"KeyChain-v0 (T={_HORIZON.value})": envs.make("KeyChain-v0",
+                                                     horizon=_HORIZON.value),
+      "CartPole-v1 (gymnax)": envs.make("CartPole-v1"),
+  }
+  steps = num_envs * num_steps
+  engine, bare, bare_bits = ("engine (rollout.collect)", "bare scan, randint actions",
+                             "bare scan, bits actions")
+  wall_rate, cpu_rate = {}, {}
+  rows = []
+  for label, (env, params) in cases.items():
+    key = jax.random.key(0)
+    obs, state = jax.jit(rollout.reset, static_argnums=(0, 3))(env, params, key, num_envs)
+    fns = {engine: engine_fn(env, params, num_steps),
+           bare: bare_scan_fn(env, params, num_envs, num_steps, "randint"),
+           bare_bits: bare_scan_fn(env, params, num_envs, num_steps, "bits")}
+    wall, cpu = time_calls(fns, (key, state, obs), _REPEATS.value)
+    for path in fns:
+      wall_rate[(label, path)] = steps / statistics.median(wall[path])
+      cpu_rate[(label, path)] = steps / statistics.median(cpu[path])
+      rows.append((label, path, wall_rate[(label, path)], steps / max(wall[path]),
+                   steps / min(wall[path]), cpu_rate[(label, path)]))
+
+  print()
+  print("| environment | path | steps/s, wall (median) | wall range over repeats | "
+        "steps/CPU-s (median) |")
+  print("|---|---|---|---|---|")
+  for label, path, med, low, high, per_cpu in rows:
+    print(f"| {label} | {path} | {med:.3g} | {low:.3g} - {high:.3g} | {per_cpu:.3g} |")
+  print()
+  labels = list(cases)
+  for name, rate in (("wall", wall_rate), ("CPU", cpu_rate)):
+    for label in labels:
+      fastest_bare = max(rate[(label, bare)], rate[(label, bare_bits)])
+      print(f"[{name}] {label}: engine overhead over the faster bare scan = "
+            f"{fastest_bare / rate[(label, engine)] - 1:+.1%} (target < +10%)")
+    for path in (engine, bare):
+      ratio = rate[(labels[0], path)] / rate[(labels[1], path)]
+      print(f"[{name}] KeyChain / CartPole steps/s via {path}: {ratio:.2f}x "
+            f"(target >= 1)")
+
+
+if __name__ == "__main__":
+  app.run(main)
