@@ -10,5 +10,6 @@ from credit_jax import baselines
 from credit_jax.baselines import (RunningBaseline, group_advantages,
                                   running_baseline_advantages, running_baseline_init,
                                   running_baseline_update)
+from credit_jax import envs, rollout
 
 __version__ = "0.1.0"
