@@ -44,10 +44,12 @@ ArrayLike = Any
 METHODS = ("scan", "associative", "auto")
 
 # Choice of method="auto" (measured with scripts/bench_gae.py; figures in BENCHMARKS.md).
-# CPU (2-core Xeon dev machine, jax 0.10.2): the in-place reverse scan beat the
-#   associative scan at every shape measured, (T, B) from (128, 256) to (5000, 256),
-#   by 3-5x; ANCHORS.md reports the same ordering at 1000 x 4096 (scan 11 ms, associative
-#   48 ms). So the CPU threshold is "never associative".
+# CPU (2-core Xeon dev machine, jax 0.10.2, 2026-11-30): the in-place reverse scan beat
+#   the associative scan at every shape measured, by 2.6x at (T, B) = (128, 256), 6.8x
+#   at (1000, 256) and 12x at (5000, 256), and rlax's vmapped scan by 1.24-1.27x;
+#   ANCHORS.md has the same ordering at 1000 x 4096 (scan 11 ms, associative 48 ms).
+#   The associative scan's extra passes over [T, ...] buffers cost more than the
+#   sequential steps they save, and more so as T grows: the CPU threshold is "never".
 # GPU/TPU: not measured by us (no accelerator was available when this was written).
 #   ANCHORS.md's H200 figures have the associative scan 40-4000x faster than a plain
 #   scan for T in [1000, 50000] and B in [64, 4096]; a sequential step costs 13-20 us of

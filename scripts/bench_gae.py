@@ -5,8 +5,9 @@
 
 Every function is jitted, compiled and run once before timing (compile excluded); then
 the functions take turns, `--repeats` calls each with `block_until_ready`, so a noisy
-neighbour on a shared machine slows them all alike. The table gives medians, the ratio
-rlax / ours (> 1 means we are faster) and the fraction of the bandwidth floor: GAE must
+neighbour on a shared machine slows them all alike. The table gives median times, the
+median over rounds of the per-round ratio rlax / ours (> 1 means we are faster) and, on
+an accelerator, the fraction of the bandwidth floor reached: GAE must
 read rewards, discounts and values and write advantages, 16 bytes per float32 element,
 at the copy bandwidth this script measures with a large `x * c`.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import sys
 import time
@@ -94,7 +96,12 @@ def time_shape(fns, inputs, repeats):
       start = time.perf_counter()
       jax.block_until_ready(fn(*args))
       times[name].append(time.perf_counter() - start)
-  return {name: float(np.median(t)) for name, t in times.items()}, errors
+  medians = {name: float(np.median(t)) for name, t in times.items()}
+  # Calls in one round share the machine's load, so the median of per-round ratios is
+  # steadier than the ratio of medians on a shared machine.
+  ratios = {name: float(np.median(np.array(times["rlax"]) / np.array(t)))
+            for name, t in times.items() if name != "rlax"}
+  return medians, ratios, errors
 
 
 def main(argv=None) -> int:
@@ -122,6 +129,9 @@ def main(argv=None) -> int:
   print(f"device: {backend} {device.device_kind} ({platform.processor() or platform.machine()}),"
         f" jax {jax.__version__}, rlax {rlax.__version__}")
   print(f"command: {' '.join(['python3'] + sys.argv)}")
+  if hasattr(os, "getloadavg"):
+    print(f"load average at start (1 min): {os.getloadavg()[0]:.2f} on {os.cpu_count()} "
+          "cores")
   print(f"auto resolves to: " + ", ".join(
       f"T={t}: {cj.returns.resolve_method('auto', t)}" for t, _ in shapes))
   if bandwidth:
@@ -137,12 +147,12 @@ def main(argv=None) -> int:
   worst_error = 0.0
   for num_steps, batch in shapes:
     inputs = make_inputs(num_steps, batch)
-    med, errors = time_shape(fns, inputs, args.repeats)
+    med, ratios, errors = time_shape(fns, inputs, args.repeats)
     worst_error = max([worst_error] + list(errors.values()))
     floor = BYTES_PER_ELEMENT * num_steps * batch / bandwidth if bandwidth else None
     row = [f"{num_steps} x {batch}"]
     row += [f"{med[n] * 1e3:.3f}" for n in names]
-    row += [f"{med['rlax'] / med[n]:.2f}" for n in names if n != "rlax"]
+    row += [f"{ratios[n]:.2f}" for n in names if n != "rlax"]
     if floor and "auto" in med:
       row += [f"{floor * 1e3:.4f}", f"{100 * floor / med['auto']:.1f}"]
     else:
