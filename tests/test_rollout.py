@@ -136,9 +136,6 @@ def test_gymnax_passthrough_with_the_same_rollout_code():
   # The time limit shows up as truncation (gymnax may also flag a fall at that step).
   assert np.all(np.asarray(traj.truncated)[7][cut])
   assert not np.any(np.asarray(traj.truncated)[:7])
-  grouped = groups(env, params, uniform(2), None, jax.random.key(1), 2, 3, 10)
-  obs0 = np.asarray(grouped.obs[0])
-  assert grouped.obs.shape == (10, 2, 3, 4) and np.all(obs0 == obs0[:, :1])
 
 
 def test_rollouts_vmap_over_seeds():

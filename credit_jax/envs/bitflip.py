@@ -45,6 +45,8 @@ class BitFlipParams(environment.EnvParams):
 class BitFlip(goal.GoalEnvMixin, base.CreditEnv):
   """BitFlip-v0. See the module docstring."""
 
+  deterministic_transitions = True  # step_env ignores its key
+
   def __init__(self, num_bits: int = 10):
     super().__init__()
     self.num_bits = base.check_int("num_bits", num_bits, minimum=1)
@@ -81,7 +83,7 @@ class BitFlip(goal.GoalEnvMixin, base.CreditEnv):
   def step_env(self, key: jax.Array, state: BitFlipState, action: Any,
                params: BitFlipParams
                ) -> Tuple[jax.Array, BitFlipState, jax.Array, jax.Array, Dict]:
-    del key  # Deterministic transitions.
+    del key  # Deterministic transitions (see deterministic_transitions).
     flip = (jnp.arange(self.num_bits) == jnp.asarray(action, jnp.int32))
     state = state.replace(bits=state.bits ^ flip.astype(jnp.int32),
                           time=state.time + 1)

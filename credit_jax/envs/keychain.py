@@ -17,8 +17,8 @@ never at it, so acting right needs memory.
 
 Pivotal positions (`positions=`):
   "random" (default): drawn per episode, one uniformly inside each of k equal segments of
-     the steps `[cue_delay, T)` (a stratified draw: O(k) per reset, never two adjacent
-     clusters, and every step can be pivotal);
+     the steps `[cue_delay, T)` (a stratified draw: O(k) per reset, spread over the
+     whole episode, and every step of `[cue_delay, T)` can be pivotal);
   "fixed": the centres of those segments, the same in every episode.
 Cues are drawn uniformly per episode. A reset spends one random 32-bit word per pivotal
 step (gymnax computes a reset on every step, and the bit generator is its main cost):
@@ -71,6 +71,8 @@ class KeyChainParams(environment.EnvParams):
 
 class KeyChain(base.CreditEnv):
   """KeyChain-v0. See the module docstring for the task, observation and oracle."""
+
+  deterministic_transitions = True  # step_env ignores its key
 
   def __init__(self, horizon: int = 100, num_pivotal: int = 3, num_actions: int = 4,
                cue_delay: int = 0, positions: str = "random"):
@@ -139,7 +141,7 @@ class KeyChain(base.CreditEnv):
   def step_env(self, key: jax.Array, state: KeyChainState, action: Any,
                params: KeyChainParams
                ) -> Tuple[jax.Array, KeyChainState, jax.Array, jax.Array, Dict]:
-    del key  # Transitions are deterministic; randomness lives in reset.
+    del key  # Deterministic transitions (see deterministic_transitions).
     pivotal, correct_action = self._answer_at(state, state.time)
     correct = jnp.logical_and(pivotal, jnp.asarray(action, jnp.int32) == correct_action)
     all_correct = jnp.logical_and(state.all_correct,

@@ -55,6 +55,8 @@ class TextEditParams(environment.EnvParams):
 class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
   """TextEdit-v0. See the module docstring."""
 
+  deterministic_transitions = True  # step_env ignores its key
+
   def __init__(self, buffer_len: int = 8, vocab_size: int = 4, start_len: int = 6,
                num_edits: int = 2):
     super().__init__()
@@ -104,7 +106,7 @@ class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
   def step_env(self, key: jax.Array, state: TextEditState, action: Any,
                params: TextEditParams
                ) -> Tuple[jax.Array, TextEditState, jax.Array, jax.Array, Dict]:
-    del key  # Deterministic transitions.
+    del key  # Deterministic transitions (see deterministic_transitions).
     action = jnp.asarray(action, jnp.int32)
     buf, length, cursor = state.buffer, state.length, state.cursor
     slots = jnp.arange(self.buffer_len)
