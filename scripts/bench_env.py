@@ -8,16 +8,17 @@ For KeyChain-v0 (horizon 1000) and gymnax CartPole-v1, in one process:
             call: by `jax.random.randint` (the usual loop) and by the engine's own
             sampler (random bits modulo the action count), the stricter baseline.
 Each timed call is one compiled scan of `num_steps` steps over `num_envs` envs;
-compilation is excluded (one warm-up call), the paths' calls alternate, and the
-median and the best of `repeats` calls are reported (wall clock), and the median CPU
-seconds of all threads, which load from other processes on a shared machine disturbs
-less than wall time. The engine's overhead is taken
-against the faster of the two bare loops.
+compilation is excluded (one warm-up call). Each round calls all six (env, path) pairs
+in turn; steps/s are reported as the median and best of `repeats` rounds (wall clock)
+and per CPU-second (process time of all threads, which load from other processes on a
+shared machine disturbs less). Ratios are medians of per-round ratios, so a burst of
+load that slows a whole round cancels out.
 
   python3 scripts/bench_env.py                 # 256 envs on CPU, 4096 on a GPU
 """
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 
@@ -71,25 +72,31 @@ def engine_fn(env, params, num_steps):
   return jax.jit(run)
 
 
-def time_calls(fns, args, repeats):
-  """Wall and process-CPU seconds of each call of each fn; compile excluded.
+def time_rounds(calls, repeats):
+  """Times `repeats` rounds; each round calls every entry of `calls` once, in turn.
 
-  Calls of the different fns alternate so that load from other processes hits them
-  alike; CPU time (all threads) is reported too because it is less sensitive to that
-  load on a shared machine.
+  Args:
+    calls: {name: zero-argument fn(round) -> arrays}; compiled by one warm-up call.
+  Returns:
+    (wall, cpu): {name: [seconds per round]}. CPU is process time of all threads, which
+    load from other processes on a shared machine disturbs less than wall time.
   """
-  for fn in fns.values():
-    jax.block_until_ready(fn(*args))
-  wall = {name: [] for name in fns}
-  cpu = {name: [] for name in fns}
+  for fn in calls.values():
+    jax.block_until_ready(fn(0))
+  wall = {name: [] for name in calls}
+  cpu = {name: [] for name in calls}
   for r in range(repeats):
-    for name, fn in fns.items():
-      key = jax.random.fold_in(args[0], r + 1)
+    for name, fn in calls.items():
       start, start_cpu = time.perf_counter(), time.process_time()
-      jax.block_until_ready(fn(key, *args[1:]))
+      jax.block_until_ready(fn(r + 1))
       wall[name].append(time.perf_counter() - start)
       cpu[name].append(time.process_time() - start_cpu)
   return wall, cpu
+
+
+def median_ratio(num, den):
+  """Median over rounds of num[r] / den[r]: robust to load that shifts whole rounds."""
+  return statistics.median(a / b for a, b in zip(num, den))
 
 
 def main(argv):
@@ -100,49 +107,46 @@ def main(argv):
   device = jax.devices()[0].device_kind
   print(f"backend={backend} device={device} jax={jax.__version__} "
         f"num_envs={num_envs} num_steps={num_steps} repeats={_REPEATS.value}")
-  cases = {
-      f"KeyChain-v0 (T={_HORIZON.value})": envs.make("KeyChain-v0",
-                                                     horizon=_HORIZON.value),
-      "CartPole-v1 (gymnax)": envs.make("CartPole-v1"),
-  }
-  steps = num_envs * num_steps
+  keychain, cartpole = f"KeyChain-v0 (T={_HORIZON.value})", "CartPole-v1 (gymnax)"
+  cases = {keychain: envs.make("KeyChain-v0", horizon=_HORIZON.value),
+           cartpole: envs.make("CartPole-v1")}
   engine, bare, bare_bits = ("engine (rollout.collect)", "bare scan, randint actions",
                              "bare scan, bits actions")
-  rates = {"wall, median": {}, "wall, best": {}, "CPU, median": {}}
+  calls = {}
   for label, (env, params) in cases.items():
     key = jax.random.key(0)
     obs, state = jax.jit(rollout.reset, static_argnums=(0, 3))(env, params, key, num_envs)
     fns = {engine: engine_fn(env, params, num_steps),
            bare: bare_scan_fn(env, params, num_envs, num_steps, "randint"),
            bare_bits: bare_scan_fn(env, params, num_envs, num_steps, "bits")}
-    wall, cpu = time_calls(fns, (key, state, obs), _REPEATS.value)
-    for path in fns:
-      rates["wall, median"][(label, path)] = steps / statistics.median(wall[path])
-      rates["wall, best"][(label, path)] = steps / min(wall[path])
-      rates["CPU, median"][(label, path)] = steps / statistics.median(cpu[path])
+    for path, fn in fns.items():
+      calls[(label, path)] = functools.partial(
+          lambda fn, state, obs, r: fn(jax.random.key(r), state, obs), fn, state, obs)
+  wall, cpu = time_rounds(calls, _REPEATS.value)
 
+  steps = num_envs * num_steps
   print()
   print("| environment | path | steps/s, wall median | steps/s, wall best | "
         "steps per CPU-second, median |")
   print("|---|---|---|---|---|")
-  for label, path in rates["wall, median"]:
-    print(f"| {label} | {path} | " + " | ".join(
-        f"{rates[name][(label, path)]:.3g}" for name in rates) + " |")
+  for label, path in calls:
+    w, c = wall[(label, path)], cpu[(label, path)]
+    print(f"| {label} | {path} | {steps / statistics.median(w):.3g} | "
+          f"{steps / min(w):.3g} | {steps / statistics.median(c):.3g} |")
   print()
-  labels = list(cases)
-  print("| measure | " + " | ".join(f"engine overhead, {label}" for label in labels) +
-        " | KeyChain / CartPole via engine | KeyChain / CartPole via bare (randint) |")
-  print("|---|---|---|---|---|")
-  for name, rate in rates.items():
-    cells = []
-    for label in labels:
-      fastest_bare = max(rate[(label, bare)], rate[(label, bare_bits)])
-      cells.append(f"{fastest_bare / rate[(label, engine)] - 1:+.1%}")
-    for path in (engine, bare):
-      cells.append(f"{rate[(labels[0], path)] / rate[(labels[1], path)]:.2f}x")
+  print("Per-round ratios, median over rounds:")
+  print()
+  print("| time | engine overhead over bare (bits), KeyChain | same, CartPole | "
+        "engine overhead over bare (randint), KeyChain | same, CartPole | "
+        "KeyChain / CartPole steps/s, engine | same, bare (randint) |")
+  print("|---|---|---|---|---|---|---|")
+  for name, times in (("wall", wall), ("CPU", cpu)):
+    cells = [f"{median_ratio(times[(label, engine)], times[(label, ref)]) - 1:+.1%}"
+             for ref in (bare_bits, bare) for label in (keychain, cartpole)]
+    cells += [f"{median_ratio(times[(cartpole, path)], times[(keychain, path)]):.2f}x"
+              for path in (engine, bare)]
     print(f"| {name} | " + " | ".join(cells) + " |")
-  print("\ntargets: engine overhead over the faster bare scan < +10%; "
-        "KeyChain / CartPole >= 1")
+  print("\ntargets: engine overhead < +10%; KeyChain / CartPole >= 1")
 
 
 if __name__ == "__main__":
