@@ -146,6 +146,28 @@ def test_keychain_time_limit_truncates_without_reward():
   assert not np.any(np.asarray(traj.rewards)[:5])
 
 
+def test_deterministic_step_matches_gymnax_step_up_to_reset_draws():
+  env, params = make("KeyChain-v0", horizon=6, num_pivotal=1, num_actions=2,
+                     cue_delay=1)
+  ours = jax.jit(env.step)
+  theirs = jax.jit(functools.partial(gymnax.environments.environment.Environment.step,
+                                     env))
+  obs, state = env.reset(jax.random.key(0), params)
+  for t in range(6):
+    key = jax.random.key(t + 1)
+    a = ours(key, state, t % 2, params)
+    b = theirs(key, state, t % 2, params)
+    for x, y in zip(a[2:5], b[2:5]):
+      np.testing.assert_array_equal(x, y)  # reward, terminated, truncated
+    np.testing.assert_array_equal(a[5]["final_observation"], b[5]["final_observation"])
+    assert a[5].keys() == b[5].keys()
+    if t < 5:  # no reset yet: identical next state and observation
+      jax.tree.map(np.testing.assert_array_equal, a[:2], b[:2])
+    else:      # both reset to a fresh episode (different draws of it)
+      assert int(a[1].time) == int(b[1].time) == 0
+    obs, state = a[0], a[1]
+
+
 # ------------------------------------------------------------------------------ BitFlip
 
 

@@ -55,21 +55,30 @@ def test_trajectory_replays_in_the_environment():
   env, params = KEYCHAIN
   obs, state = reset(env, params, jax.random.key(0), 3)
   traj, _ = collect(env, params, uniform(3), None, jax.random.key(4), state, obs, 10)
+  step_env = jax.jit(env.step_env)
   for b in range(3):
     s = jax.tree.map(lambda x: x[b], state)
     for t in range(4):  # the first episode; KeyChain transitions are deterministic
-      o, s, r, term, info = env.step_env(None, s, traj.actions[t, b], params)
+      o, s, r, term, info = step_env(None, s, traj.actions[t, b], params)
       np.testing.assert_array_equal(o, traj.final_obs[t, b])
       assert float(r) == float(traj.rewards[t, b]) and bool(term) == bool(
           traj.terminated[t, b])
       assert bool(info["correct"]) == bool(traj.info["correct"][t, b])
 
 
-def test_collect_episodes_valid_through_the_first_boundary_only():
+@functools.lru_cache
+def grid_episodes_over_seeds():
+  """collect_episodes vmapped over 4 seeds (16 GoalGrid envs, horizon 12), one compile."""
   env, params = GRID
-  traj = episodes(env, params, uniform(4), None, jax.random.key(0), 64, 12)
-  done = np.asarray(traj.dones)
-  valid = np.asarray(traj.valid)
+  run = jax.jit(jax.vmap(lambda k: rollout.collect_episodes(
+      env, params, uniform(4), None, k, 16, 12)))
+  return run(jax.random.split(jax.random.key(0), 4))
+
+
+def test_collect_episodes_valid_through_the_first_boundary_only():
+  traj = grid_episodes_over_seeds()
+  done = np.asarray(traj.dones).transpose(1, 0, 2).reshape(12, 64)
+  valid = np.asarray(traj.valid).transpose(1, 0, 2).reshape(12, 64)
   for b in range(64):
     end = np.flatnonzero(done[:, b])
     last = end[0] if end.size else 11
@@ -139,12 +148,10 @@ def test_gymnax_passthrough_with_the_same_rollout_code():
 
 
 def test_rollouts_vmap_over_seeds():
-  env, params = GRID
-  run = jax.jit(jax.vmap(lambda k: rollout.collect_episodes(
-      env, params, uniform(4), None, k, 8, 5)))
-  traj = run(jax.random.split(jax.random.key(0), 3))
-  assert traj.rewards.shape == (3, 5, 8)
+  traj = grid_episodes_over_seeds()
+  assert traj.rewards.shape == (4, 12, 16) and traj.obs.shape == (4, 12, 16, 18)
   assert not np.array_equal(traj.actions[0], traj.actions[1])
+  assert not np.array_equal(traj.obs[0, 0], traj.obs[1, 0])
 
 
 def test_uniform_random_policy_is_uniform():

@@ -40,8 +40,8 @@ class CreditEnv(environment.Environment):
   obs_shape: tuple
   # True when `step_env` never reads its key. gymnax's `step` splits every key into a
   # transition key and an auto-reset key; with deterministic transitions the whole key
-  # can go to the reset instead, which skips the split: with the bit generator the
-  # main cost of a cheap step, that is about a third of KeyChain's step time.
+  # can go to the reset instead and the split is skipped: the bit generator is the main
+  # cost of a cheap step (see BENCHMARKS.md, "Environment stepping").
   deterministic_transitions: bool = False
 
   @functools.partial(jax.jit, static_argnames=("self",))
