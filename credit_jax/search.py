@@ -57,6 +57,9 @@ ValueFn = Callable[[Any, Any], Array]
 ActionMaskFn = Callable[[Any], Array]
 
 _MASKED_LOGIT = -1e9  # finite, so a fully masked row still normalises
+# Selection and backup unroll their first levels before a while_loop: a loop iteration
+# (its condition, carry copies, a host round trip on GPU) costs more than a level's work.
+_PEELED_LEVELS = 4
 
 
 # Fields of the float32 record `SearchTree.edges[b, n, k]` of slot k of node n. Selection
@@ -307,8 +310,13 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
       action = k if branching is None else edge_action[n, k]
       return jnp.where(expand, n, child), k, action, expand, stop
 
-    init = (jnp.int32(0), jnp.int32(0), jnp.int32(0), jnp.bool_(False), root_done)
-    node, slot, action, expand, _ = jax.lax.while_loop(lambda c: ~c[-1], body, init)
+    def running(c):
+      return ~c[-1]
+
+    c = (jnp.int32(0), jnp.int32(0), jnp.int32(0), jnp.bool_(False), root_done)
+    for _ in range(_PEELED_LEVELS):
+      c = jax.tree.map(lambda new, old, go=running(c): jnp.where(go, new, old), body(c), c)
+    node, slot, action, expand, _ = jax.lax.while_loop(running, body, c)
     return node, slot, action, expand
 
   def backup(tree, leaf, value, discount):
@@ -326,8 +334,10 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
       edges = edges.at[b, edge, VISITS:VALUE_SUM + 1].add(update)
       return jnp.where(active, edge // num_slots, 0), g, edges
 
-    flat = tree.edges.reshape(leaf.shape[0], num_nodes * num_slots, _EDGE_FIELDS)
-    _, _, flat = jax.lax.while_loop(lambda c: jnp.any(c[0] > 0), body, (leaf, value, flat))
+    c = (leaf, value, tree.edges.reshape(leaf.shape[0], num_nodes * num_slots, _EDGE_FIELDS))
+    for _ in range(_PEELED_LEVELS):  # finished lanes pass through body unchanged
+      c = body(c)
+    _, _, flat = jax.lax.while_loop(lambda c: jnp.any(c[0] > 0), body, c)
     return tree._replace(edges=flat.reshape(tree.edges.shape))
 
   def init_tree(params, root_states, root_obs, keys):
