@@ -89,7 +89,7 @@ def _set(c, path, value):
      "multiple of chunk_updates=61"),
     ("ppo_cartpole", "total_timesteps", 100, "config.total_timesteps"),
     ("ppo_cartpole", "seeds", 0, "config.seeds"),
-    ("ppo_cartpole", "algo", "dqn", "config.algo: unknown recipe 'dqn'"),
+    ("ppo_cartpole", "algo", "sarsa", "config.algo: unknown recipe 'sarsa'"),
     ("ppo_cartpole", "gamma", 1.5, "config.gamma"),
     ("ppo_cartpole", "network.activation", "sigmoid", "config.network.activation"),
 ])

@@ -195,12 +195,21 @@ def continuing_episode_stats(rewards: Array, dones: Array, running: Array,
         f"rewards [T, B], dones [T, B] and running [B] disagree: {rewards.shape}, "
         f"{dones.shape}, {running.shape}")
 
-  def step(acc, x):
-    r, d = x
-    total = acc + r
-    return jnp.where(d, 0.0, total), jnp.where(d, total, 0.0)
-
-  running, ended = jax.lax.scan(step, running, (rewards, dones))
+  # Vectorised rather than scanned: a sequential scan over T costs more on CPU than the
+  # whole bookkeeping. c[t] is the running total including the carried partial return;
+  # an episode ending at t returned c[t] minus c at the previous end (or 0).
+  num_steps = rewards.shape[0]
+  totals = running[None] + jnp.cumsum(rewards, axis=0)                 # [T, B]
+  steps = jnp.arange(num_steps)[:, None]
+  last_end = jax.lax.cummax(jnp.where(dones, steps, -1), axis=0)       # [T, B]
+  prev_end = jnp.concatenate([jnp.full_like(last_end[:1], -1), last_end[:-1]], axis=0)
+  offset = jnp.where(prev_end >= 0,
+                     jnp.take_along_axis(totals, jnp.maximum(prev_end, 0), axis=0), 0.0)
+  ended = jnp.where(dones, totals - offset, 0.0)
+  final_end = last_end[-1]                                              # [B]
+  running = totals[-1] - jnp.where(
+      final_end >= 0, jnp.take_along_axis(totals, jnp.maximum(final_end, 0)[None],
+                                          axis=0)[0], 0.0)
   count = jnp.sum(dones)
   mean = jnp.where(count > 0, jnp.sum(ended) / jnp.maximum(count, 1), previous_mean)
   return running, mean, count.astype(jnp.float32)
