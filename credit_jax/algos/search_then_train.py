@@ -1,0 +1,261 @@
+"""Search then train: GRPO whose all-failed groups are rescued by tree search.
+
+Why: on a hard sparse task most GRPO groups fail entirely (K returns of 0, advantages
+exactly 0, no gradient). A tree search from such a task's start state, using the policy
+as its prior (`credit_jax.search`), can still find a success; trained on, it gives the
+group the signal sampling could not.
+
+One update:
+  1. GRPO's group rollout: `num_tasks` start states x `group_size` episodes.
+  2. On search updates (`update % search_every == 0`; `search_every = 0` never searches:
+     the plain-GRPO control arm) with at least one all-failed group, up to `search_tasks`
+     tasks whose K episodes all failed are searched (`search_simulations` simulations
+     each, episodes up to `horizon`).
+  3. A found success joins its group as member K+1: the group advantages are recomputed
+     over the K+1 returns (so the K failures now get a negative advantage too), and the
+     searched episode's steps carry the **bounded weight** `search_weight` (in [0, 1];
+     the K sampled episodes keep weight 1: plain samples always stay in the mix).
+  4. The clipped surrogate (minus an entropy bonus) over all members, a weighted mean
+     over steps normalised by the number of valid *sampled* steps, so searched examples
+     add to GRPO's gradient instead of diluting it. The searched episode's behaviour
+     log-probabilities are the current policy's (its ratio starts at 1): it is trained
+     on as if sampled, which is the bias this recipe accepts and measures.
+
+Logged besides GRPO's metrics: how often search ran and found a success, its env steps
+next to the sampling's, the policy's mean per-step and per-episode log-probability of the
+searched trajectories before and after the update (the distribution-shift hazard: very
+unlikely trajectories make large, off-policy updates), and the greedy policy's success
+without search on the update's tasks.
+
+Under `jax.vmap` over seeds the search's `lax.cond` becomes a select, so the search is
+computed on every update but only used on search updates.
+
+Hyperparameters in `hparams` (traced): lr, clip_eps, ent_coef, max_grad_norm,
+search_weight, search_exploration.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+import credit_jax as cj
+from credit_jax import networks, rollout
+from credit_jax import search as search_lib
+from credit_jax.algos import common, grpo, losses
+
+HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "search_weight",
+           "search_exploration")
+
+
+def validate_config(config) -> None:
+  """Raises `ConfigError` naming the first field that cannot run."""
+  grpo.validate_config(config)
+  req = common.require
+  req(config.loss_aggregation == "token_mean", "loss_aggregation",
+      f"search-then-train uses a weighted token mean, got {config.loss_aggregation!r}")
+  req(not config.use_reference_kl, "use_reference_kl",
+      "no reference-KL term in the search-then-train recipe")
+  req(int(config.search_every) >= 0, "search_every",
+      f"must be >= 0 (0: never search), got {config.search_every}")
+  req(1 <= int(config.search_tasks) <= int(config.num_tasks), "search_tasks",
+      f"must lie in [1, num_tasks={config.num_tasks}], got {config.search_tasks}")
+  req(int(config.search_simulations) >= 1, "search_simulations",
+      f"must be >= 1, got {config.search_simulations}")
+  req(config.search_selection in ("puct", "ucb1"), "search_selection",
+      f"must be 'puct' or 'ucb1', got {config.search_selection!r}")
+  req(config.search_rollout in ("greedy", "sample"), "search_rollout",
+      f"must be 'greedy' or 'sample', got {config.search_rollout!r}")
+  req(0.0 <= config.search_weight <= 1.0, "search_weight",
+      f"the weight of a searched episode is bounded to [0, 1], got {config.search_weight}")
+  req(config.search_exploration >= 0.0, "search_exploration",
+      f"must be >= 0, got {config.search_exploration}")
+
+
+def group_rollout(env, env_params, policy_fn, params, key, num_tasks: int, group_size: int,
+                  horizon: int):
+  """GRPO's group rollout plus the start states it used.
+
+  Returns:
+    traj: Trajectory [horizon, num_tasks, group_size] (`rollout.collect_groups`).
+    obs0: [num_tasks, *obs_shape]; states0: pytree of [num_tasks, ...], the task starts.
+  """
+  traj = rollout.collect_groups(env, env_params, policy_fn, params, key, num_tasks,
+                                group_size, horizon)
+  # collect_groups resets its tasks with the first half of its key; tests check that the
+  # states rebuilt here are the ones it used.
+  obs0, states0 = rollout.reset(env, env_params, jax.random.split(key)[0], num_tasks)
+  return traj, obs0, states0
+
+
+def make_train(config) -> common.Train:
+  """`Train` for search-then-train on `config.env_name`; see `common.Train`."""
+  validate_config(config)
+  env, env_params = common.make_env(config)
+  network, obs_shape = common.make_network(config, env, env_params, value_head=False)
+  policy_fn = networks.make_policy_fn(network)
+  num_tasks, group, horizon = int(config.num_tasks), int(config.group_size), int(config.horizon)
+  n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
+  n_updates, adam_eps = int(config.num_updates), float(config.adam_eps)
+  kind = str(config.advantage)
+  search_every, n_search = int(config.search_every), int(config.search_tasks)
+
+  def logits_fn(params, obs):
+    return network.apply(params, obs)[0]
+
+  search_fn = search_lib.make_search(
+      env, logits_fn, num_simulations=int(config.search_simulations), max_depth=horizon,
+      selection=str(config.search_selection), rollout=str(config.search_rollout))
+
+  def greedy_policy(params, obs, key):
+    del key
+    logits = logits_fn(params, obs)
+    action = jnp.argmax(logits).astype(jnp.int32)
+    return action, networks.categorical_log_prob(logits, action), ()
+
+  def init_fn(key, hp):
+    k_params, k_run = jax.random.split(key)
+    params = common.init_params(network, k_params, obs_shape)
+    opt_state = common.make_optimizer(hp["max_grad_norm"], adam_eps).init(params)
+    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
+                             update=jnp.zeros((), jnp.int32), aux={})
+
+  def log_probs_of(params, obs, actions):
+    logits, _ = network.apply(params, obs)
+    return logits, networks.categorical_log_prob(logits, actions)
+
+  def loss_fn(params, mb, hp):
+    logits, log_probs = log_probs_of(params, mb["obs"], mb["actions"])
+    pg, clipped, approx_kl = losses.clipped_surrogate(
+        log_probs, mb["log_probs"], mb["advantages"], hp["clip_eps"])
+    entropy = networks.categorical_entropy(logits)
+    w = mb["weights"]                                  # [T, n, K + 1]
+    n = jnp.maximum(jnp.sum(w[..., :group]), 1.0)      # valid sampled steps
+
+    def total(x):
+      return jnp.sum(x * w) / n
+
+    def mean(x):  # for metrics: a weighted mean over all members' steps
+      return jnp.sum(x * w) / jnp.maximum(jnp.sum(w), 1e-8)
+    loss = total(pg) - hp["ent_coef"] * total(entropy)
+    return loss, {"policy_loss": total(pg), "entropy": mean(entropy),
+                  "clip_frac": mean(clipped), "approx_kl": mean(approx_kl)}
+
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def searched_member(params, key, obs0, states0, failed, update, hp):
+    """Member K+1 of every task: the searched episode where search found a success."""
+    # The first `search_tasks` failed tasks (stable order); slots past the failed ones
+    # hold other tasks, searched but unused.
+    idx = jnp.argsort(~failed, stable=True)[:n_search]
+    run = (update % max(search_every, 1) == 0) & jnp.any(failed) if search_every else False
+    searched = failed[idx] & run
+
+    def do_search(_):
+      out = search_fn(params, env_params, key, jax.tree.map(lambda x: x[idx], states0),
+                      obs0[idx], exploration=hp["search_exploration"])
+      t = out.trajectory
+      return ({"obs": t.obs, "actions": t.actions, "log_probs": t.log_probs,
+               "valid": t.valid}, out.total_reward, out.complete & (out.total_reward > 0),
+              out.stats.env_steps.sum())
+
+    def skip(_):
+      return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                          jax.eval_shape(do_search, None))
+    if search_every:
+      traj, total, found, steps = jax.lax.cond(run, do_search, skip, None)
+    else:  # the control arm: no search is even compiled
+      traj, total, found, steps = skip(None)
+    found = found & searched
+
+    def scatter(x):  # [T, M, ...] of the searched tasks -> [T, N, ...]
+      return jnp.zeros((x.shape[0], num_tasks) + x.shape[2:], x.dtype).at[:, idx].set(x)
+    valid = traj["valid"] & found[None]
+    member = {"obs": scatter(traj["obs"]), "actions": scatter(traj["actions"]),
+              "log_probs": scatter(traj["log_probs"]), "valid": scatter(valid)}
+    per_task = {"found": jnp.zeros((num_tasks,), bool).at[idx].set(found),
+                "return": jnp.zeros((num_tasks,)).at[idx].set(jnp.where(found, total, 0.0))}
+    logp = jnp.where(valid, traj["log_probs"], 0.0)
+    n_found = jnp.maximum(jnp.sum(found), 1)
+    metrics = {
+        "search_ran": jnp.asarray(run, jnp.float32),
+        "searched_tasks": jnp.sum(searched).astype(jnp.float32),
+        "search_found": jnp.sum(found) / jnp.maximum(jnp.sum(searched), 1),
+        "search_env_steps": jnp.where(run, steps, 0).astype(jnp.float32),
+        "searched_logp_step": jnp.sum(logp) / jnp.maximum(jnp.sum(valid), 1),
+        "searched_logp_episode": jnp.sum(logp) / n_found}
+    return member, per_task, metrics
+
+  def update_fn(state, hp):
+    key, k_roll, k_search, k_greedy, k_perm = jax.random.split(state.key, 5)
+    traj, obs0, states0 = group_rollout(env, env_params, policy_fn, state.params, k_roll,
+                                        num_tasks, group, horizon)        # [T, N, K]
+    valid = traj.valid
+    returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
+    failed = jnp.all(returns <= 0, axis=1)                              # [N]
+    adv, degenerate = cj.group_advantages(returns, kind=kind)          # [N, K]
+    member, per_task, search_metrics = searched_member(
+        state.params, k_search, obs0, states0, failed, state.update, hp)
+    # Groups with a found success: advantages over K + 1 members; else the K sampled
+    # members keep GRPO's and the (empty) extra member gets 0.
+    aug, _ = cj.group_advantages(
+        jnp.concatenate([returns, per_task["return"][:, None]], axis=1), kind=kind)
+    plain = jnp.concatenate([adv, jnp.zeros((num_tasks, 1))], axis=1)
+    adv = jnp.where(per_task["found"][:, None], aug, plain)           # [N, K + 1]
+
+    def with_member(x, extra):  # [T, N, K, ...] + [T, N, ...] -> [T, N, K + 1, ...]
+      return jnp.concatenate([x, extra[:, :, None]], axis=2)
+    all_valid = with_member(valid, member["valid"])
+    weights = jnp.concatenate(
+        [valid.astype(jnp.float32),
+         hp["search_weight"] * member["valid"][:, :, None].astype(jnp.float32)], axis=2)
+    data = {"obs": with_member(traj.obs, member["obs"]),
+            "actions": with_member(traj.actions, member["actions"]),
+            "log_probs": with_member(traj.log_probs, member["log_probs"]),
+            "advantages": jnp.broadcast_to(adv[None], all_valid.shape),
+            "weights": weights}
+    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+
+    def minibatch_step(carry, mb):
+      p, o = carry
+      (loss, m), grads = grad_fn(p, mb, hp)
+      p, o, gnorm = common.apply_gradients(p, o, grads, lr, hp["max_grad_norm"], adam_eps)
+      return (p, o), {"loss": loss, "grad_norm": gnorm, **m}
+
+    def epoch(carry, k):
+      perm = jax.random.permutation(k, num_tasks)
+
+      def split(x):  # minibatches of whole groups (task axis 1): [M, T, n, K + 1, ...]
+        x = jnp.take(x, perm, axis=1)
+        x = x.reshape((x.shape[0], n_mb, num_tasks // n_mb) + x.shape[2:])
+        return jnp.moveaxis(x, 1, 0)
+      return jax.lax.scan(minibatch_step, carry, jax.tree.map(split, data))
+
+    (params, opt_state), m = jax.lax.scan(epoch, (state.params, state.opt_state),
+                                          jax.random.split(k_perm, n_epochs))
+    metrics = jax.tree.map(jnp.mean, m)
+    metrics.update(search_metrics)
+    # How far the update moved the policy towards the searched episodes.
+    found = per_task["found"]
+    _, logp_after = log_probs_of(params, member["obs"], member["actions"])
+    logp_after = jnp.where(member["valid"], logp_after, 0.0).sum(0)    # [N]
+    metrics["searched_logp_episode_after"] = (
+        jnp.sum(jnp.where(found, logp_after, 0.0)) / jnp.maximum(jnp.sum(found), 1))
+    greedy = rollout.collect_episodes(env, env_params, greedy_policy, state.params, k_greedy,
+                                      num_tasks, horizon)
+    greedy_returns = jnp.sum(jnp.where(greedy.valid, greedy.rewards, 0.0), axis=0)
+    metrics.update({
+        "lr": lr, "return": returns.mean(),
+        "success": jnp.mean((returns > 0).astype(jnp.float32)),
+        "greedy_success": jnp.mean((greedy_returns > 0).astype(jnp.float32)),
+        "all_failed_frac": jnp.mean(failed.astype(jnp.float32)),
+        "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
+        "sample_env_steps": jnp.sum(valid).astype(jnp.float32),
+        "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()})
+    return common.TrainState(params=params, opt_state=opt_state, key=key,
+                             update=state.update + 1, aux=state.aux), metrics
+
+  return common.Train(
+      config=config, init_fn=init_fn, update_fn=update_fn,
+      default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
+      env_steps_per_update=num_tasks * group * horizon,
+      headline=("success", "search_found", "greedy_success", "degenerate_frac"))
