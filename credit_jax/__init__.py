@@ -11,6 +11,7 @@ from credit_jax.baselines import (RunningBaseline, group_advantages,
                                   running_baseline_advantages, running_baseline_init,
                                   running_baseline_update)
 from credit_jax import envs, rollout
+from credit_jax import hindsight, replay
 from credit_jax import diagnostics
 from credit_jax import search, search_mctx
 from credit_jax.search import SearchOutput, SearchStats, SearchTree, make_search

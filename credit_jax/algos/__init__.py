@@ -7,17 +7,18 @@
     hp["lr"] = jnp.geomspace(1e-4, 1e-2, 8)        # a sweep is a vmap, not a recompile
     states, metrics = jax.jit(jax.vmap(train))(jax.random.split(key, 8), hp)
 
-`config.algo` picks the recipe ("ppo", "grpo", "reinforce"); see each module for its
+`config.algo` picks the recipe ("ppo", "grpo", "reinforce", "dqn", "grpo_hindsight"); see each module for its
 fields and `configs/` for documented examples. `runner.train_and_evaluate` adds chunked
 execution, progress, metrics files, checkpoints and plots around a `Train`.
 """
 from __future__ import annotations
 
 from credit_jax import envs
-from credit_jax.algos import common, grpo, ppo, reinforce
+from credit_jax.algos import common, dqn, grpo, grpo_hindsight, ppo, reinforce
 from credit_jax.algos.common import ConfigError, Train, TrainState
 
-RECIPES = {"ppo": ppo, "grpo": grpo, "reinforce": reinforce}
+RECIPES = {"ppo": ppo, "grpo": grpo, "reinforce": reinforce, "dqn": dqn,
+           "grpo_hindsight": grpo_hindsight}
 
 __all__ = ["RECIPES", "ConfigError", "Train", "TrainState", "make_train",
            "validate_config"]

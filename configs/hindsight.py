@@ -1,0 +1,141 @@
+"""Hindsight relabeling experiments: DQN+HER on BitFlip, GRPO+relabeling on goal tasks.
+
+  python3 scripts/hindsight.py --config=configs/hindsight.py --workdir=/tmp/her
+  python3 scripts/hindsight.py --config=configs/hindsight.py:small --workdir=/tmp/her_s
+  python3 scripts/hindsight.py --config=configs/hindsight.py:full --workdir=/tmp/her_f
+  python3 scripts/train.py --config=configs/hindsight.py:dqn --workdir=/tmp/dqn
+  python3 scripts/train.py --config=configs/hindsight.py:grpo --workdir=/tmp/grpo_her
+
+Variants of the experiment config (for scripts/hindsight.py): none (BitFlip n in
+{5, 10, 15}; GoalGrid and TextEdit), "small" (a smoke run in about a minute on a
+2-core CPU), "full" (BitFlip up to n = 50). Variants "dqn" and "grpo" return a single
+recipe config (BitFlip n=15 DQN+HER; GRPO+relabeling on GoalGrid) for scripts/train.py.
+"""
+import ml_collections
+
+
+def _run_fields(c):
+  c.seed = 0                      # base RNG seed; seed i of a multi-seed run is split from it
+  c.seeds = 1                     # seeds trained side by side in one compiled call (vmap)
+  c.history_window = 0            # relabeling needs flat goal observations
+  c.anneal_lr = False             # linearly anneal lr to 0 over the run
+  c.adam_eps = 1e-5               # Adam epsilon
+  c.max_grad_norm = 10.0          # global gradient-norm clip
+  c.chunk_updates = 25            # updates per compiled call (scripts/train.py)
+  c.checkpoint_every = 0          # 0: checkpoint only at the end
+  c.keep_checkpoints = 1          # newest checkpoints kept
+  c.relabel_weight = 1.0          # weight of relabeled examples (0: no relabeling)
+  c.relabel_threshold = 1.01      # real success rate at which relabeling switches off
+  c.relabel_ramp = 0.0            # success range below the threshold over which it fades
+  c.success_ema = 0.9             # decay of the running real-success rate (per update)
+
+
+def dqn_config(num_bits=15, her=True):
+  """DQN(+HER) on BitFlip-v0 with `num_bits` bits (the HER paper's experiment)."""
+  c = ml_collections.ConfigDict()
+  c.algo = "dqn"                  # recipe in credit_jax.algos.RECIPES
+  c.env_name = "BitFlip-v0"       # a goal environment
+  c.env_kwargs = ml_collections.ConfigDict()
+  c.env_kwargs.num_bits = num_bits  # n; the episode limit is n steps
+  _run_fields(c)
+  c.relabel_weight = 1.0 if her else 0.0  # 0: plain DQN, no HER
+  c.her_strategy = "future"       # final | episode | future
+  c.her_k = 4                     # relabeled goals per transition (HER: k = 4)
+  c.num_updates = 300             # HER cycles: collect, relabel, store, learn
+  c.num_envs = 16                 # episodes collected per cycle
+  c.horizon = num_bits            # steps per episode (the env's limit)
+  c.eval_envs = 64                # greedy test episodes per cycle (`success`)
+  c.buffer_size = 100_000         # replay capacity in transitions
+  c.batch_size = 128              # transitions per gradient step
+  c.grad_steps = 40               # gradient steps per cycle
+  c.lr = 1e-3                     # Adam learning rate
+  c.gamma = 0.98                  # discount
+  c.epsilon = 0.2                 # exploration rate of the behaviour policy
+  c.target_tau = 0.05             # Polyak step of the target network per cycle
+  c.network = ml_collections.ConfigDict()
+  c.network.hidden_sizes = (256,)   # Q-network MLP widths
+  c.network.activation = "relu"
+  c.network.shared_torso = False    # (no value head: Q-values are the logits)
+  return c
+
+
+GRPO_ENVS = {
+    # GoalGrid: 15x15 open grid, goal one of the 4 corners, 30 steps (random policy:
+    # 3% success).
+    "GoalGrid-v0": dict(env_kwargs={"size": 15, "max_steps_in_episode": 30},
+                        horizon=30, num_updates=60),
+    # TextEdit: 3 tokens from 2 in a buffer of 4, one edit away from the goal, 16 steps
+    # (random policy: 0.6% success). The default TextEdit (two edits in a buffer of 8
+    # tokens from 4) stays at 0% for GRPO without relabeling for 300 updates.
+    "TextEdit-v0": dict(env_kwargs={"buffer_len": 4, "vocab_size": 2, "start_len": 3,
+                                    "num_edits": 1}, horizon=16, num_updates=150),
+}
+
+
+def grpo_config(env_name="GoalGrid-v0", relabel="plain"):
+  """GRPO (+ hindsight relabeling, `relabel` in none | plain | iw) on a goal env."""
+  c = ml_collections.ConfigDict()
+  c.algo = "grpo_hindsight"       # recipe in credit_jax.algos.RECIPES
+  c.env_name = env_name           # a goal environment
+  c.env_kwargs = ml_collections.ConfigDict(dict(GRPO_ENVS[env_name]["env_kwargs"]))
+  _run_fields(c)
+  c.max_grad_norm = 1.0           # global gradient-norm clip
+  c.relabel = relabel             # none | plain | iw (importance-weighted)
+  c.relabel_strategy = "final"    # final | episode: where relabeled goals come from
+  c.relabel_goals = 1             # relabeled episodes per failed episode
+  c.relabel_threshold = 0.8       # real success rate at which relabeling switches off
+  c.relabel_ramp = 0.3            # it fades out over [threshold - ramp, threshold]
+  c.rho_clip = 1.0                # largest importance weight ("iw" mode)
+  c.num_updates = GRPO_ENVS[env_name]["num_updates"]  # updates (one group rollout each)
+  c.num_tasks = 16                # tasks (start states + goals) per update
+  c.group_size = 8                # K rollouts per task from the same start state
+  c.horizon = GRPO_ENVS[env_name]["horizon"]  # rollout steps per episode
+  c.update_epochs = 2             # passes over each rollout
+  c.num_minibatches = 2           # minibatches of whole groups; must divide num_tasks
+  c.advantage = "grpo"            # group advantage: grpo | rloo | drgrpo
+  c.loss_aggregation = "token_mean"  # the recipe's weighted token mean (only choice)
+  c.lr = 3e-3                     # Adam learning rate
+  c.clip_eps = 0.2                # ratio clip of the surrogate
+  c.ent_coef = 0.0                # entropy bonus weight
+  c.use_reference_kl = False      # (not supported with relabeling)
+  c.kl_coef = 0.0
+  c.network = ml_collections.ConfigDict()
+  c.network.hidden_sizes = (64, 64)  # MLP widths
+  c.network.activation = "tanh"
+  c.network.shared_torso = False
+  return c
+
+
+def get_config(arg=None):
+  """Experiment config for scripts/hindsight.py, or a recipe config ("dqn", "grpo")."""
+  if arg == "dqn":
+    return dqn_config()
+  if arg == "grpo":
+    return grpo_config()
+  if arg not in (None, "small", "full"):
+    raise ValueError(f"unknown variant {arg!r}; use none, 'small', 'full', 'dqn' or 'grpo'")
+  c = ml_collections.ConfigDict()
+  c.seeds = 3                     # seeds per cell, vmapped in one compiled call
+  c.success_level = 0.5           # "env steps to reach this success rate" in the summary
+  c.smooth = 5                    # ... read off a trailing mean over this many updates
+  # (a) BitFlip: DQN with and without HER (relabel_weight 0), one compile per n.
+  c.bitflip_bits = (5, 10, 15)    # n values
+  c.cycles_per_bit = 20           # DQN cycles (updates) per bit: n = 15 -> 300
+  c.dqn = dqn_config()            # template; num_bits, horizon, num_updates set per n
+  # (b) GRPO with relabeling modes none | plain | iw, all in one compile per env.
+  c.modes = ("none", "plain", "iw")
+  c.grpo = ml_collections.ConfigDict(
+      {name.split("-")[0].lower(): grpo_config(name) for name in GRPO_ENVS})
+  if arg == "small":
+    c.seeds = 2
+    c.bitflip_bits = (4, 6)
+    c.cycles_per_bit = 5
+    c.dqn.grad_steps = 10
+    c.dqn.eval_envs = 16
+    for g in c.grpo.values():
+      g.num_updates = 6
+      g.num_tasks = 4
+      g.group_size = 4
+  elif arg == "full":
+    c.bitflip_bits = (5, 10, 15, 20, 30, 40, 50)
+  return c

@@ -1,0 +1,196 @@
+"""DQN with hindsight experience replay (HER), for goal environments.
+
+One update is one HER "cycle": collect `num_envs` whole episodes with an epsilon-greedy
+policy, relabel them with `hindsight.relabel` (strategy `her_strategy`, `her_k` goals
+per step, HER's `future` by default), write every example that exists and has a weight
+into the replay buffer, take `grad_steps` gradient steps on uniformly sampled batches,
+and move the target network towards the online one (Polyak, `target_tau`). A greedy
+evaluation on `eval_envs` fresh episodes gives the reported `success`.
+
+Targets are double-DQN: `r + gamma * (1 - terminated) * Q_target(s', argmax_a Q(s', a))`,
+where `s'` is the observation after the step before any auto-reset, so a truncated
+step bootstraps and a terminated one does not (relabeled ends come from the verifier,
+see `credit_jax/hindsight.py`). Each sample's squared error is weighted by its example
+weight (1 for real transitions, the scheduled `relabel_weight` for relabeled ones).
+
+Warm start: relabeled examples are written with weight `relabel_schedule(success_ema,
+relabel_weight, relabel_threshold, relabel_ramp)`, where `success_ema` is a running mean
+of the real (behaviour) success rate; at weight 0 they are not written at all, so
+`relabel_weight = 0` is DQN without HER (a traced value: both arms run in one compiled
+program, vmapped).
+
+Hyperparameters in `hparams` (traced): lr, gamma, epsilon, target_tau, max_grad_norm,
+relabel_weight, relabel_threshold, relabel_ramp.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from credit_jax import hindsight, replay, rollout
+from credit_jax.algos import common
+
+HPARAMS = ("lr", "gamma", "epsilon", "target_tau", "max_grad_norm", "relabel_weight",
+           "relabel_threshold", "relabel_ramp")
+
+
+def validate_config(config) -> None:
+  """Raises `ConfigError` naming the first DQN field that cannot run."""
+  req = common.require
+  for f in ("num_envs", "horizon", "num_updates", "buffer_size", "batch_size",
+            "grad_steps", "eval_envs", "her_k"):
+    req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
+  req(config.her_strategy in hindsight.STRATEGIES, "her_strategy",
+      f"must be one of {hindsight.STRATEGIES}, got {config.her_strategy!r}")
+  req(config.buffer_size >= config.batch_size, "buffer_size",
+      f"{config.buffer_size} is smaller than batch_size={config.batch_size}")
+  req(0.0 <= config.gamma <= 1.0, "gamma", f"must lie in [0, 1], got {config.gamma}")
+  req(0.0 <= config.epsilon <= 1.0, "epsilon", f"must lie in [0, 1], got {config.epsilon}")
+  req(0.0 < config.target_tau <= 1.0, "target_tau",
+      f"must lie in (0, 1], got {config.target_tau}")
+  validate_relabel_fields(config)
+
+
+def validate_relabel_fields(config) -> None:
+  """Checks the relabeling fields both hindsight recipes share (DQN here, GRPO)."""
+  req = common.require
+  req(config.relabel_weight >= 0.0, "relabel_weight",
+      f"must be >= 0, got {config.relabel_weight}")
+  req(config.relabel_ramp >= 0.0, "relabel_ramp", f"must be >= 0, got {config.relabel_ramp}")
+  req(0.0 <= config.success_ema < 1.0, "success_ema",
+      f"must lie in [0, 1), got {config.success_ema}")
+  req(int(config.history_window) == 0, "history_window",
+      "relabeling replaces the goal in flat observations; no history window")
+  try:
+    env, _ = common.make_env(config)
+  except ValueError:
+    return  # algos.validate_config reports a bad environment, naming its fields
+  req(hasattr(env, "goal_reward"), "env_name",
+      f"{config.env_name} is not a goal environment (no goal_reward to relabel with)")
+
+
+def epsilon_greedy_policy(network):
+  """`PolicyFn` over `(params, epsilon)`: greedy in Q with probability 1 - epsilon.
+
+  Returns `(action [] int32, log_prob [], ())` for one observation, where log_prob is
+  the log-probability of the action under the epsilon-greedy distribution.
+  """
+  def policy_fn(policy_params, obs, key):
+    params, epsilon = policy_params
+    q, _ = network.apply(params, obs)                                  # [A]
+    num_actions = q.shape[-1]
+    k_explore, k_action = jax.random.split(key)
+    greedy = jnp.argmax(q).astype(jnp.int32)
+    explore = jax.random.uniform(k_explore) < epsilon
+    random_action = jax.random.randint(k_action, (), 0, num_actions, jnp.int32)
+    action = jnp.where(explore, random_action, greedy)
+    prob = epsilon / num_actions + (1.0 - epsilon) * (action == greedy)
+    return action, jnp.log(prob), ()
+  return policy_fn
+
+
+def episode_success(traj) -> jax.Array:
+  """[B] float32: the episode got a positive reward on one of its valid steps."""
+  return jnp.any(jnp.logical_and(traj.valid, traj.rewards > 0), axis=0).astype(jnp.float32)
+
+
+def make_train(config) -> common.Train:
+  """`Train` for DQN(+HER) on goal environment `config.env_name`."""
+  env, env_params = common.make_env(config)
+  env = hindsight.DesiredGoalWrapper(env)
+  network, obs_shape = common.make_network(config, env, env_params, value_head=False)
+  policy_fn = epsilon_greedy_policy(network)
+  num_envs, horizon = int(config.num_envs), int(config.horizon)
+  n_updates, grad_steps = int(config.num_updates), int(config.grad_steps)
+  batch_size, capacity = int(config.batch_size), int(config.buffer_size)
+  eval_envs, her_k = int(config.eval_envs), int(config.her_k)
+  strategy = str(config.her_strategy)
+  ema_decay = float(config.success_ema)
+  adam_eps = float(config.adam_eps)
+  example = {"obs": jnp.zeros(obs_shape, jnp.float32), "action": jnp.zeros((), jnp.int32),
+             "reward": jnp.zeros(()), "next_obs": jnp.zeros(obs_shape, jnp.float32),
+             "discount": jnp.zeros(()), "weight": jnp.zeros(())}
+
+  def init_fn(key, hp):
+    k_params, k_run = jax.random.split(key)
+    params = common.init_params(network, k_params, obs_shape)
+    opt_state = common.make_optimizer(hp["max_grad_norm"], adam_eps).init(params)
+    aux = {"target": params, "buffer": replay.init(example, capacity),
+           "success_ema": jnp.zeros(())}
+    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
+                             update=jnp.zeros((), jnp.int32), aux=aux)
+
+  def loss_fn(params, target, batch, hp):
+    q_all, _ = network.apply(params, batch["obs"])                     # [N, A]
+    q = jnp.take_along_axis(q_all, batch["action"][:, None], axis=1)[:, 0]
+    q_next_online, _ = network.apply(params, batch["next_obs"])
+    q_next_target, _ = network.apply(target, batch["next_obs"])
+    best = jnp.argmax(q_next_online, axis=1)
+    q_next = jnp.take_along_axis(q_next_target, best[:, None], axis=1)[:, 0]
+    y = jax.lax.stop_gradient(batch["reward"] + hp["gamma"] * batch["discount"] * q_next)
+    loss = jnp.mean(batch["weight"] * jnp.square(q - y))
+    return loss, {"q_mean": jnp.mean(q)}
+
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def transitions(traj, key, weight):
+    """Flattened examples `{name: [N, ...]}` and the mask of those that exist."""
+    out = hindsight.relabel(env, traj, key, strategy=strategy, num_goals=her_k,
+                            relabel_weight=weight)
+    traj, weights, relabeled = out.traj, out.weights, out.relabeled
+    flat = lambda x: x.reshape((-1,) + x.shape[weights.ndim:])
+    items = {"obs": flat(traj.obs), "action": flat(traj.actions),
+             "reward": flat(traj.rewards), "next_obs": flat(traj.final_obs),
+             "discount": flat(1.0 - traj.terminated.astype(jnp.float32)),
+             "weight": flat(weights)}
+    written = items["weight"] > 0
+    relabeled_frac = jnp.sum(flat(relabeled) & written) / jnp.maximum(jnp.sum(written), 1)
+    return items, written, relabeled_frac
+
+  def update_fn(state, hp):
+    key, k_roll, k_rel, k_learn, k_eval = jax.random.split(state.key, 5)
+    traj = rollout.collect_episodes(env, env_params, policy_fn,
+                                    (state.params, hp["epsilon"]), k_roll, num_envs,
+                                    horizon)
+    train_success = jnp.mean(episode_success(traj))
+    ema = ema_decay * state.aux["success_ema"] + (1.0 - ema_decay) * train_success
+    weight = hindsight.relabel_schedule(ema, hp["relabel_weight"],
+                                        hp["relabel_threshold"], hp["relabel_ramp"])
+    items, written, relabeled_frac = transitions(traj, k_rel, weight)
+    buffer = replay.add(state.aux["buffer"], items, written)
+    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    target = state.aux["target"]
+    ready = buffer.size >= batch_size
+
+    def grad_step(carry, k):
+      params, opt_state = carry
+      batch = replay.sample(buffer, k, batch_size)
+      (loss, m), grads = grad_fn(params, target, batch, hp)
+      new_params, new_opt, gnorm = common.apply_gradients(
+          params, opt_state, grads, lr, hp["max_grad_norm"], adam_eps)
+      # Learning waits until the buffer holds one batch (vmapped seeds: a select).
+      params, opt_state = jax.tree.map(lambda new, old: jnp.where(ready, new, old),
+                                       (new_params, new_opt), (params, opt_state))
+      return (params, opt_state), {"loss": loss, "grad_norm": gnorm, **m}
+
+    (params, opt_state), m = jax.lax.scan(grad_step, (state.params, state.opt_state),
+                                          jax.random.split(k_learn, grad_steps))
+    tau = hp["target_tau"]
+    target = jax.tree.map(lambda t, p: (1.0 - tau) * t + tau * p, target, params)
+    evaluation = rollout.collect_episodes(env, env_params, policy_fn, (params, 0.0),
+                                          k_eval, eval_envs, horizon)
+    metrics = jax.tree.map(jnp.mean, m)
+    metrics.update({
+        "lr": lr, "success": jnp.mean(episode_success(evaluation)),
+        "train_success": train_success, "success_ema": ema, "relabel_weight": weight,
+        "relabeled_frac": relabeled_frac, "buffer_size": buffer.size.astype(jnp.float32),
+        "episode_length": jnp.sum(traj.valid, axis=0).astype(jnp.float32).mean()})
+    aux = {"target": target, "buffer": buffer, "success_ema": ema}
+    return common.TrainState(params=params, opt_state=opt_state, key=key,
+                             update=state.update + 1, aux=aux), metrics
+
+  return common.Train(
+      config=config, init_fn=init_fn, update_fn=update_fn,
+      default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
+      env_steps_per_update=num_envs * horizon,
+      headline=("success", "train_success", "relabel_weight"))

@@ -1,0 +1,208 @@
+"""GRPO with hindsight relabeling: failed group rollouts re-used as successes at what
+they achieved.
+
+One update runs GRPO's group rollout (`num_tasks` start states x `group_size` episodes)
+in a goal environment and computes the usual group advantages from the real returns.
+With `relabel` on, every episode that FAILED its goal also yields `relabel_goals`
+relabeled episodes (`credit_jax.hindsight.relabel`, strategy `relabel_strategy`:
+"final" = the goal achieved at its end, "episode" = one achieved anywhere in it). A
+relabeled episode ends at its first success under the new goal, its reward comes from
+the environment's verifier, and it is **re-evaluated under the new goal**: the goal part
+of its observations is replaced and the behaviour policy's log-probabilities are
+recomputed for it, so the clipped surrogate's ratio compares like with like.
+
+Relabeled episodes are extra, weighted examples next to the originals (which are always
+kept). Their advantage is their verified return (1) minus the task's real success rate
+in this group, their weight `relabel_schedule(success_ema, relabel_weight,
+relabel_threshold, relabel_ramp)` (the warm start: full weight while real success is
+rare, off above the threshold). Two modes (`config.relabel`):
+
+  "plain": the relabeled episode counts as if it had been sampled for its new goal
+           (biased: the actions were chosen for the original goal);
+  "iw":    its weight is also multiplied by the clipped importance ratio
+           `min(rho_clip, prod_t pi(a_t|s_t,g') / pi(a_t|s_t,g))` of the behaviour policy
+           under the new and the original goal (`hindsight.goal_importance_weights`),
+           the hindsight policy gradient correction; the log-ratio, the mean weight and
+           the fraction clipped are logged so the two modes can be compared;
+  "none":  plain GRPO (the control arm).
+
+The per-step loss is the clipped surrogate minus an entropy bonus, averaged over valid
+steps with the example weights and divided by the number of valid ORIGINAL steps, so
+relabeled examples add to GRPO's gradient rather than dilute it. Hyperparameters in `hparams`
+(traced): lr, clip_eps, ent_coef, max_grad_norm, relabel_weight, relabel_threshold,
+relabel_ramp, rho_clip, importance_weighted (the modes are traced values, see
+`mode_hparams`, so all three run in one compiled program).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+import credit_jax as cj
+from credit_jax import hindsight, networks, rollout
+from credit_jax.algos import common, dqn, grpo, losses
+
+HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "relabel_weight",
+           "relabel_threshold", "relabel_ramp", "rho_clip", "importance_weighted")
+MODES = ("none", "plain", "iw")
+
+
+def mode_hparams(mode: str, relabel_weight: float = 1.0) -> dict:
+  """The two hparams that select a mode: `{"relabel_weight", "importance_weighted"}`.
+
+  The modes differ only in traced values, so one compiled program runs all three
+  (vmap over modes and seeds): "none" is weight 0, "iw" sets importance_weighted 1.
+  """
+  if mode not in MODES:
+    raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+  return {"relabel_weight": 0.0 if mode == "none" else float(relabel_weight),
+          "importance_weighted": 1.0 if mode == "iw" else 0.0}
+
+
+def validate_config(config) -> None:
+  """Raises `ConfigError` naming the first field that cannot run."""
+  grpo.validate_config(config)
+  req = common.require
+  req(config.relabel in MODES, "relabel", f"must be one of {MODES}, got {config.relabel!r}")
+  req(config.relabel_strategy in ("final", "episode"), "relabel_strategy",
+      f"on-policy relabeling needs whole episodes: 'final' or 'episode', got "
+      f"{config.relabel_strategy!r}")
+  req(int(config.relabel_goals) >= 1, "relabel_goals",
+      f"must be >= 1, got {config.relabel_goals}")
+  req(config.loss_aggregation == "token_mean", "loss_aggregation",
+      f"the hindsight recipe uses a weighted token mean, got {config.loss_aggregation!r}")
+  req(not config.use_reference_kl, "use_reference_kl",
+      "no reference-KL term in the hindsight recipe")
+  req(config.rho_clip > 0.0, "rho_clip", f"must be > 0, got {config.rho_clip}")
+  dqn.validate_relabel_fields(config)
+
+
+def weighted_sum(x, weights, count):
+  """`Σ w·x / count` over all entries of `x` and `weights` (same shapes); `count` []."""
+  return jnp.sum(x * weights) / jnp.maximum(count, 1.0)
+
+
+def make_train(config) -> common.Train:
+  """`Train` for GRPO(+hindsight) on goal environment `config.env_name`."""
+  env, env_params = common.make_env(config)
+  env = hindsight.DesiredGoalWrapper(env)
+  network, obs_shape = common.make_network(config, env, env_params, value_head=False)
+  policy_fn = networks.make_policy_fn(network)
+  num_tasks, group, horizon = int(config.num_tasks), int(config.group_size), int(config.horizon)
+  n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
+  n_updates, adam_eps = int(config.num_updates), float(config.adam_eps)
+  kind = str(config.advantage)
+  strategy, num_goals = str(config.relabel_strategy), int(config.relabel_goals)
+  ema_decay = float(config.success_ema)
+
+  def init_fn(key, hp):
+    k_params, k_run = jax.random.split(key)
+    params = common.init_params(network, k_params, obs_shape)
+    opt_state = common.make_optimizer(hp["max_grad_norm"], adam_eps).init(params)
+    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
+                             update=jnp.zeros((), jnp.int32),
+                             aux={"success_ema": jnp.zeros(())})
+
+  def log_probs_of(params, obs, actions):
+    logits, _ = network.apply(params, obs)
+    return logits, networks.categorical_log_prob(logits, actions)
+
+  def loss_fn(params, mb, hp):
+    logits, log_probs = log_probs_of(params, mb["obs"], mb["actions"])
+    pg, clipped, approx_kl = losses.clipped_surrogate(
+        log_probs, mb["log_probs"], mb["advantages"], hp["clip_eps"])
+    entropy = networks.categorical_entropy(logits)
+    # Normalised by the number of real (original) valid steps, so relabeled examples
+    # add gradient on top of GRPO's instead of diluting it.
+    w = mb["weights"]
+    n = jnp.sum(w[..., 0])
+    pg_loss = weighted_sum(pg, w, n)
+    loss = pg_loss - hp["ent_coef"] * weighted_sum(entropy, w, n)
+    return loss, {"policy_loss": pg_loss, "entropy": weighted_sum(entropy, w, n),
+                  "clip_frac": weighted_sum(clipped, w, n),
+                  "approx_kl": weighted_sum(approx_kl, w, n)}
+
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def relabeled_examples(state, traj, returns, key, weight, hp):
+    """Relabeled episodes [T, N, K, m] of the failed members: obs, actions, log-probs
+    under the new goal, advantages and weights, plus their metrics."""
+    out = hindsight.relabel(env, traj, key, strategy=strategy, num_goals=num_goals)
+    rel = jax.tree.map(lambda x: x[:, :, :, 1:], out.traj)              # [T, N, K, m]
+    valid = jnp.logical_and(rel.valid, (returns <= 0)[None, :, :, None])
+    # Re-evaluation: the behaviour policy (these params collected traj) under g'.
+    _, log_probs_new = log_probs_of(state.params, rel.obs, rel.actions)
+    ret_new = jnp.sum(jnp.where(valid, rel.rewards, 0.0), axis=0)       # [N, K, m]
+    # Baseline: the task's real success rate in this group.
+    adv = ret_new - jnp.mean(returns, axis=1)[:, None, None]
+    iw, log_rho = hindsight.goal_importance_weights(
+        log_probs_new, rel.log_probs, valid, rel.dones, hp["rho_clip"])
+    example_w = weight * jnp.where(hp["importance_weighted"] > 0, iw,
+                                   valid.astype(jnp.float32))
+    has = valid[0]                       # relabeled episodes are valid from step 0 on
+    n_rel = jnp.maximum(jnp.sum(has), 1)
+    metrics = {
+        "relabeled_frac": jnp.mean(jnp.any(has, axis=-1).astype(jnp.float32)),
+        "iw_mean": jnp.sum(jnp.where(has, iw[0], 0.0)) / n_rel,
+        "iw_clip_frac": jnp.sum(has & (log_rho[0] > jnp.log(hp["rho_clip"]))) / n_rel,
+        "log_rho_mean": jnp.sum(jnp.where(has, log_rho[0], 0.0)) / n_rel}
+    data = {"obs": rel.obs, "actions": rel.actions,
+            "log_probs": jax.lax.stop_gradient(log_probs_new),
+            "advantages": jnp.broadcast_to(adv[None], valid.shape),
+            "weights": jnp.where(valid, example_w, 0.0)}
+    return data, metrics
+
+  def update_fn(state, hp):
+    key, k_roll, k_rel, k_perm = jax.random.split(state.key, 4)
+    traj = rollout.collect_groups(env, env_params, policy_fn, state.params, k_roll,
+                                  num_tasks, group, horizon)            # [T, N, K]
+    valid = traj.valid
+    returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
+    success = jnp.mean((returns > 0).astype(jnp.float32))
+    ema = ema_decay * state.aux["success_ema"] + (1.0 - ema_decay) * success
+    adv, degenerate = cj.group_advantages(returns, kind=kind)          # [N, K]
+    # Copy axis M last: [T, N, K, M], M = 1 (original) + relabeled goals.
+    data = {"obs": traj.obs[:, :, :, None], "actions": traj.actions[..., None],
+            "log_probs": traj.log_probs[..., None],
+            "advantages": jnp.broadcast_to(adv[None], valid.shape)[..., None],
+            "weights": valid.astype(jnp.float32)[..., None]}
+    weight = hindsight.relabel_schedule(ema, hp["relabel_weight"],
+                                        hp["relabel_threshold"], hp["relabel_ramp"])
+    rel_data, rel_metrics = relabeled_examples(state, traj, returns, k_rel, weight, hp)
+    data = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=3), data, rel_data)
+    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+
+    def minibatch_step(carry, mb):
+      p, o = carry
+      (loss, m), grads = grad_fn(p, mb, hp)
+      p, o, gnorm = common.apply_gradients(p, o, grads, lr, hp["max_grad_norm"], adam_eps)
+      return (p, o), {"loss": loss, "grad_norm": gnorm, **m}
+
+    def epoch(carry, k):
+      perm = jax.random.permutation(k, num_tasks)
+
+      def split(x):  # minibatches of whole tasks (axis 1): [M, T, n, K, copies, ...]
+        x = jnp.take(x, perm, axis=1)
+        x = x.reshape((x.shape[0], n_mb, num_tasks // n_mb) + x.shape[2:])
+        return jnp.moveaxis(x, 1, 0)
+      return jax.lax.scan(minibatch_step, carry, jax.tree.map(split, data))
+
+    (params, opt_state), m = jax.lax.scan(epoch, (state.params, state.opt_state),
+                                          jax.random.split(k_perm, n_epochs))
+    metrics = jax.tree.map(jnp.mean, m)
+    metrics.update(rel_metrics)
+    metrics.update({
+        "lr": lr, "return": returns.mean(), "success": success, "success_ema": ema,
+        "relabel_weight": weight,
+        "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
+        "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()})
+    return common.TrainState(params=params, opt_state=opt_state, key=key,
+                             update=state.update + 1, aux={"success_ema": ema}), metrics
+
+  return common.Train(
+      config=config, init_fn=init_fn, update_fn=update_fn,
+      default_hparams={**{k: config[k] for k in HPARAMS if k in config},
+                       **mode_hparams(config.relabel, config.relabel_weight)},
+      num_updates=n_updates,
+      env_steps_per_update=num_tasks * group * horizon,
+      headline=("success", "relabel_weight", "degenerate_frac"))
