@@ -139,6 +139,46 @@ def apply_gradients(params, opt_state, grads, lr: Array, max_grad_norm: Array,
   return params, opt_state, grad_norm
 
 
+def minibatch_epochs(loss_fn: Callable, params, opt_state, data, key: Array, *,
+                     num_epochs: int, num_minibatches: int, axis: int, lr: Array,
+                     max_grad_norm: Array, adam_eps: float):
+  """`num_epochs` shuffled passes of `num_minibatches` gradient steps over `data`.
+
+  Args:
+    loss_fn: `(params, minibatch) -> (loss [], aux {name: []})`.
+    data: pytree whose leaves share the batch axis `axis` (size divisible by
+      `num_minibatches`); a minibatch keeps every other axis, e.g. time-major layouts
+      stay time-major when `axis=1` splits whole episodes or groups.
+    key: shuffles each epoch.
+
+  Returns:
+    `(params, opt_state, metrics)`: metrics are `loss`, `grad_norm` and the aux entries,
+    averaged over all steps.
+  """
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+  size = jax.tree.leaves(data)[0].shape[axis]
+
+  def step(carry, mb):
+    p, o = carry
+    (loss, aux), grads = grad_fn(p, mb)
+    p, o, gnorm = apply_gradients(p, o, grads, lr, max_grad_norm, adam_eps)
+    return (p, o), {"loss": loss, "grad_norm": gnorm, **aux}
+
+  def split(x, perm):
+    x = jnp.take(x, perm, axis=axis)
+    x = x.reshape(x.shape[:axis] + (num_minibatches, size // num_minibatches)
+                  + x.shape[axis + 1:])
+    return jnp.moveaxis(x, axis, 0)   # [M, ...]: scan over minibatches
+
+  def epoch(carry, k):
+    perm = jax.random.permutation(k, size)
+    return jax.lax.scan(step, carry, jax.tree.map(lambda x: split(x, perm), data))
+
+  (params, opt_state), m = jax.lax.scan(epoch, (params, opt_state),
+                                        jax.random.split(key, num_epochs))
+  return params, opt_state, jax.tree.map(jnp.mean, m)
+
+
 # --- environments and networks --------------------------------------------------------
 
 def make_env(config):

@@ -106,8 +106,6 @@ def make_train(config) -> common.Train:
                   "clip_frac": common.masked_mean(clipped, valid),
                   "approx_kl": common.masked_mean(approx_kl, valid)}
 
-  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)
     traj = rollout.collect_groups(env, env_params, policy_fn, state.params, k_roll,
@@ -116,30 +114,16 @@ def make_train(config) -> common.Train:
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
     adv, degenerate = cj.group_advantages(returns, kind=kind)          # [N, K], [N]
     step_adv = jnp.broadcast_to(adv[None], valid.shape)                # [T, N, K]
-    # Minibatches split the task axis (axis 1), so every group stays whole.
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "advantages": step_adv, "valid": valid}
     lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
     ref_params = state.aux.get("ref_params")
 
-    def minibatch_step(carry, mb):
-      p, o = carry
-      (loss, m), grads = grad_fn(p, mb, ref_params, hp)
-      p, o, gnorm = common.apply_gradients(p, o, grads, lr, hp["max_grad_norm"], adam_eps)
-      return (p, o), {"loss": loss, "grad_norm": gnorm, **m}
-
-    def epoch(carry, k):
-      perm = jax.random.permutation(k, num_tasks)
-
-      def split(x):
-        x = jnp.take(x, perm, axis=1)
-        x = x.reshape((x.shape[0], n_mb, num_tasks // n_mb) + x.shape[2:])
-        return jnp.moveaxis(x, 1, 0)  # [M, T, n, K, ...]: scan over M, time-major inside
-      return jax.lax.scan(minibatch_step, carry, jax.tree.map(split, data))
-
-    (params, opt_state), m = jax.lax.scan(epoch, (state.params, state.opt_state),
-                                          jax.random.split(k_perm, n_epochs))
-    metrics = jax.tree.map(jnp.mean, m)
+    # Minibatches split the task axis (axis 1), so every group stays whole.
+    params, opt_state, metrics = common.minibatch_epochs(
+        lambda p, mb: loss_fn(p, mb, ref_params, hp), state.params, state.opt_state,
+        data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
+        max_grad_norm=hp["max_grad_norm"], adam_eps=adam_eps)
     metrics.update({
         "lr": lr, "return": returns.mean(),
         "success": jnp.mean((returns > 0).astype(jnp.float32)),

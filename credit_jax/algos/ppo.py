@@ -115,8 +115,6 @@ def make_train(config) -> common.Train:
                   "entropy": entropy, "approx_kl": approx_kl.mean(),
                   "clip_frac": clipped.mean()}
 
-  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)
     params, aux = state.params, state.aux
@@ -131,23 +129,12 @@ def make_train(config) -> common.Train:
     data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:]), data)
     lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
 
-    def minibatch_step(carry, mb):
-      p, o = carry
-      (loss, m), grads = grad_fn(p, mb, hp)
-      p, o, gnorm = common.apply_gradients(p, o, grads, lr, hp["max_grad_norm"], adam_eps)
-      return (p, o), {"loss": loss, "grad_norm": gnorm, **m}
-
-    def epoch(carry, k):
-      perm = jax.random.permutation(k, batch)
-      mbs = jax.tree.map(lambda x: x[perm].reshape((n_mb, batch // n_mb) + x.shape[1:]),
-                         data)
-      return jax.lax.scan(minibatch_step, carry, mbs)
-
-    (params, opt_state), m = jax.lax.scan(epoch, (params, state.opt_state),
-                                          jax.random.split(k_perm, n_epochs))
+    params, opt_state, metrics = common.minibatch_epochs(
+        lambda p, mb: loss_fn(p, mb, hp), params, state.opt_state, data, k_perm,
+        num_epochs=n_epochs, num_minibatches=n_mb, axis=0, lr=lr,
+        max_grad_norm=hp["max_grad_norm"], adam_eps=adam_eps)
     running, mean_return, episodes = common.continuing_episode_stats(
         traj.rewards, traj.dones, aux["running_return"], aux["last_return"])
-    metrics = jax.tree.map(jnp.mean, m)
     metrics.update({"return": mean_return, "episodes": episodes, "lr": lr,
                     "value_mean": values.mean(), "advantage_std": advantages.std()})
     aux = {"env_state": env_state, "obs": obs, "running_return": running,
