@@ -268,11 +268,13 @@ def test_reinforce_credit_and_baseline_choices_run(credit, baseline):
   assert np.all(m["value_loss"] > 0) if baseline == "value" else True
 
 
-@pytest.mark.parametrize("advantage,aggregation,kl", [("rloo", "sequence_mean", True),
-                                                      ("drgrpo", "constant", False)])
-def test_grpo_variants_run_and_report_degenerate_groups(advantage, aggregation, kl):
+@pytest.mark.parametrize("advantage,aggregation,kl,window", [
+    ("rloo", "sequence_mean", True, 0), ("drgrpo", "constant", False, 2)])
+def test_grpo_variants_run_and_report_degenerate_groups(advantage, aggregation, kl,
+                                                        window):
   c = tiny_grpo(advantage=advantage, loss_aggregation=aggregation, use_reference_kl=kl,
-                kl_coef=0.1, ent_coef=0.01)
+                kl_coef=0.1, ent_coef=0.01, history_window=window)
+  c.env_kwargs.cue_delay = window // 2  # the history variant needs memory of one step
   train = algos.make_train(c)
   state, m = jax.jit(train)(jax.random.PRNGKey(2))
   assert m["degenerate_frac"].shape == (3,)

@@ -1,0 +1,185 @@
+"""Benchmark: our PPO on CartPole-v1 against rejax's PPO, same settings, in one run.
+
+  python3 scripts/bench_ppo.py --rejax_python=/tmp/rejax_venv/bin/python
+  python3 scripts/bench_ppo.py --seeds=1,16 --total_timesteps=500000
+
+PureJaxRL's default CartPole configuration (4 envs x 128 steps, 4 epochs x 4 minibatches,
+lr 2.5e-4, gamma .99, lambda .95, clip .2, entropy .01, value .5, grad norm .5, 64-unit
+tanh MLPs), 5e5 env steps per seed (976 updates of 512 steps), seeds vmapped in one
+compiled call. For each system and seed count it reports compile time (ahead-of-time
+`lower().compile()`), env steps/s of the compiled run (compile excluded; the median of
+`--repeats` runs after one warm-up run), env steps per CPU-second (process CPU time of the
+same runs: on a shared machine wall time swings with other load, CPU time much less) and
+the final return: the mean undiscounted return of 128 fresh episodes per seed with the
+stochastic policy (rejax's own evaluation protocol; ours does the same through
+`rollout.collect_episodes`).
+
+rejax 0.1.3 needs `gymnax<1.0`, so it runs in its own virtual environment through
+`--rejax_python` (a subprocess running the driver below). Its periodic evaluation is
+replaced by a no-op while timing so both sides time training only. Settings rejax fixes
+differently: it anneals nothing (constant lr), clips gradients elementwise, and keeps
+separate Adam states for actor and critic; ours anneals lr as PureJaxRL does.
+"""
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_SEEDS = flags.DEFINE_list("seeds", None, "Seed counts to run (default: 1,16 on CPU, "
+                           "1,1024 on GPU).")
+_STEPS = flags.DEFINE_integer("total_timesteps", 500_000, "Env steps per seed.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per cell (after a warm-up).")
+_REJAX = flags.DEFINE_string("rejax_python", None,
+                             "Python of a venv with rejax==0.1.3 and gymnax<1.0.")
+_OUT = flags.DEFINE_string("out", None, "Optional JSON file for the results.")
+
+EVAL_EPISODES = 128
+
+REJAX_DRIVER = r'''
+import json, statistics, sys, time
+import jax, jax.numpy as jnp
+from rejax import PPO
+args = json.loads(sys.argv[1])
+steps = args["steps"]
+algo = PPO.create(
+    env="CartPole-v1", num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4,
+    learning_rate=2.5e-4, max_grad_norm=0.5, total_timesteps=steps, eval_freq=steps,
+    skip_initial_evaluation=True, gamma=0.99, gae_lambda=0.95, clip_eps=0.2,
+    ent_coef=0.01, vf_coef=0.5,
+    agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)})
+timed = algo.replace(eval_callback=lambda a, ts, rng: jnp.zeros(()))
+results = []
+for seeds in args["seeds"]:
+  keys = jax.random.split(jax.random.PRNGKey(0), seeds)
+  fn = jax.jit(jax.vmap(lambda k: timed.train(k)[0]))
+  t0 = time.perf_counter()
+  compiled = fn.lower(keys).compile()
+  compile_s = time.perf_counter() - t0
+  ts = jax.block_until_ready(compiled(keys))
+  times, cpu = [], []
+  for _ in range(args["repeats"]):
+    t0, c0 = time.perf_counter(), time.process_time()
+    ts = jax.block_until_ready(compiled(keys))
+    times.append(time.perf_counter() - t0)
+    cpu.append(time.process_time() - c0)
+  evaluate = jax.jit(jax.vmap(lambda t, k: algo.eval_callback(algo, t, k)[1]))
+  returns = evaluate(ts, jax.random.split(jax.random.PRNGKey(1), seeds))
+  run_s = statistics.median(times)
+  cpu_s = statistics.median(cpu)
+  results.append({"system": "rejax 0.1.3 PPO", "seeds": seeds, "compile_s": compile_s,
+                  "run_s": run_s, "steps_per_s": seeds * steps / run_s, "cpu_s": cpu_s,
+                  "steps_per_cpu_s": seeds * steps / cpu_s,
+                  "final_return": float(returns.mean()),
+                  "final_return_min_seed": float(returns.mean(axis=1).min())})
+print("RESULTS " + json.dumps(results))
+'''
+
+
+def ppo_config(total_timesteps):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(__file__), os.pardir, "configs", "ppo_cartpole.py")
+  spec = importlib.util.spec_from_file_location("ppo_cartpole", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config()
+  config.total_timesteps = total_timesteps
+  assert isinstance(config, ml_collections.ConfigDict)
+  return config
+
+
+def bench_ours(seed_counts, total_timesteps, repeats):
+  from credit_jax import algos, rollout  # pylint: disable=g-import-not-at-top
+  from credit_jax.algos import common  # pylint: disable=g-import-not-at-top
+  from credit_jax import networks  # pylint: disable=g-import-not-at-top
+  config = ppo_config(total_timesteps)
+  train = algos.make_train(config)
+  steps = train.num_updates * train.env_steps_per_update
+  env, env_params = common.make_env(config)
+  network, _ = common.make_network(config, env, env_params, value_head=True)
+  policy_fn = networks.make_policy_fn(network)
+  max_steps = int(env_params.max_steps_in_episode)
+
+  def final_return(params, key):
+    traj = rollout.collect_episodes(env, env_params, policy_fn, params, key,
+                                    EVAL_EPISODES, max_steps)
+    return jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), axis=0).mean()
+
+  results = []
+  for seeds in seed_counts:
+    keys = jax.random.split(jax.random.PRNGKey(0), seeds)
+    fn = jax.jit(jax.vmap(lambda k: train(k)[0]))
+    t0 = time.perf_counter()
+    compiled = fn.lower(keys).compile()
+    compile_s = time.perf_counter() - t0
+    state = jax.block_until_ready(compiled(keys))
+    times, cpu = [], []
+    for _ in range(repeats):
+      t0, c0 = time.perf_counter(), time.process_time()
+      state = jax.block_until_ready(compiled(keys))
+      times.append(time.perf_counter() - t0)
+      cpu.append(time.process_time() - c0)
+    returns = jax.jit(jax.vmap(final_return))(
+        state.params, jax.random.split(jax.random.PRNGKey(1), seeds))
+    run_s, cpu_s = statistics.median(times), statistics.median(cpu)
+    results.append({"system": "credit_jax PPO", "seeds": seeds, "compile_s": compile_s,
+                    "run_s": run_s, "steps_per_s": seeds * steps / run_s, "cpu_s": cpu_s,
+                    "steps_per_cpu_s": seeds * steps / cpu_s,
+                    "final_return": float(np.mean(returns)),
+                    "final_return_min_seed": float(np.min(returns))})
+    print(json.dumps(results[-1]), flush=True)
+  return results, steps
+
+
+def bench_rejax(python, seed_counts, steps, repeats):
+  args = json.dumps({"seeds": seed_counts, "steps": steps, "repeats": repeats})
+  proc = subprocess.run([python, "-c", REJAX_DRIVER, args], capture_output=True, text=True,
+                        check=False)
+  for line in proc.stdout.splitlines():
+    if line.startswith("RESULTS "):
+      return json.loads(line[len("RESULTS "):]), None
+  return [], (proc.stderr or proc.stdout)[-2000:]
+
+
+def main(argv):
+  del argv
+  device = jax.devices()[0]
+  on_gpu = device.platform == "gpu"
+  seed_counts = [int(s) for s in (_SEEDS.value or (["1", "1024"] if on_gpu else
+                                                   ["1", "16"]))]
+  print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}")
+  ours, steps = bench_ours(seed_counts, _STEPS.value, _REPEATS.value)
+  theirs, error = [], None
+  if _REJAX.value:
+    theirs, error = bench_rejax(_REJAX.value, seed_counts, steps, _REPEATS.value)
+    if error:
+      print(f"rejax did not run: {error}")
+  rows = ours + theirs
+  print(f"\nCartPole-v1 PPO, {steps} env steps per seed, median of {_REPEATS.value} runs\n")
+  print("| system | seeds | compile (s) | run (s) | env steps/s | ratio vs rejax | "
+        "env steps per CPU-s | ratio (CPU time) | final return (mean / worst seed) |")
+  print("|---|---|---|---|---|---|---|---|---|")
+  by_seeds = {r["seeds"]: r for r in theirs}
+  for r in rows:
+    ref = by_seeds.get(r["seeds"]) if r["system"].startswith("credit_jax") else None
+    ratio = f"{r['steps_per_s'] / ref['steps_per_s']:.2f}x" if ref else ""
+    cpu_ratio = f"{r['steps_per_cpu_s'] / ref['steps_per_cpu_s']:.2f}x" if ref else ""
+    print(f"| {r['system']} | {r['seeds']} | {r['compile_s']:.1f} | {r['run_s']:.2f} | "
+          f"{r['steps_per_s']:.3g} | {ratio} | {r['steps_per_cpu_s']:.3g} | {cpu_ratio} | "
+          f"{r['final_return']:.1f} / {r['final_return_min_seed']:.1f} |")
+  if _OUT.value:
+    with open(_OUT.value, "w") as f:
+      json.dump({"device": str(device.device_kind), "steps_per_seed": steps,
+                 "rows": rows, "rejax_error": error}, f, indent=2)
+  sys.stdout.flush()
+
+
+if __name__ == "__main__":
+  app.run(main)
