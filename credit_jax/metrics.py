@@ -202,7 +202,8 @@ def plot_learning_curves(records: Sequence[dict], path: str,
   return path
 
 
-def summarize(records: Sequence[dict], keys: Sequence[str], last: int = 10) -> Dict[str, float]:
+def summarize(records: Sequence[dict], keys: Sequence[str],
+              last: int = 10) -> Dict[str, float]:
   """Mean of each metric over the last `last` records (the run's final figures)."""
   tail = list(records)[-last:]
   return {k: float(np.mean([r[k] for r in tail])) for k in keys

@@ -7,9 +7,10 @@
     hp["lr"] = jnp.geomspace(1e-4, 1e-2, 8)        # a sweep is a vmap, not a recompile
     states, metrics = jax.jit(jax.vmap(train))(jax.random.split(key, 8), hp)
 
-`config.algo` picks the recipe ("ppo", "grpo", "reinforce", "dqn", "grpo_hindsight"); see each module for its
-fields and `configs/` for documented examples. `runner.train_and_evaluate` adds chunked
-execution, progress, metrics files, checkpoints and plots around a `Train`.
+`config.algo` picks the recipe ("ppo", "grpo", "reinforce", "dqn", "grpo_hindsight");
+see each module for its fields and `configs/` for documented examples.
+`runner.train_and_evaluate` adds chunked execution, progress, metrics files, checkpoints
+and plots around a `Train`.
 """
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ def make_optimizer(max_grad_norm: Array, adam_eps: float) -> optax.GradientTrans
 
 
 def learning_rate(lr: Array, update: Array, num_updates: int, anneal: bool) -> Array:
-  """`lr`, linearly annealed to 0 over `num_updates` when `anneal` (per update, not per step)."""
+  """`lr`, annealed linearly to 0 over `num_updates` when `anneal` (per update, not step)."""
   if not anneal:
     return lr
   return lr * (1.0 - update.astype(jnp.float32) / num_updates)
