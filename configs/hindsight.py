@@ -7,9 +7,10 @@
   python3 scripts/train.py --config=configs/hindsight.py:grpo --workdir=/tmp/grpo_her
 
 Variants of the experiment config (for scripts/hindsight.py): none (BitFlip n in
-{5, 10, 15}; GoalGrid and TextEdit), "small" (a smoke run in about a minute on a
-2-core CPU), "full" (BitFlip up to n = 50). Variants "dqn" and "grpo" return a single
-recipe config (BitFlip n=15 DQN+HER; GRPO+relabeling on GoalGrid) for scripts/train.py.
+{5, 10, 15}; GoalGrid and an easy TextEdit), "small" (a smoke run in about two minutes
+on a 2-core CPU), "full" (BitFlip up to n = 50, and the default two-edit TextEdit task).
+Variants "dqn" and "grpo" return a single recipe config (BitFlip n=15 DQN+HER;
+GRPO+relabeling on GoalGrid) for scripts/train.py.
 """
 import ml_collections
 
@@ -138,4 +139,10 @@ def get_config(arg=None):
       g.group_size = 4
   elif arg == "full":
     c.bitflip_bits = (5, 10, 15, 20, 30, 40, 50)
+    # The default TextEdit task: two edits in a buffer of 8 tokens from 4.
+    c.grpo.textedit_hard = grpo_config("TextEdit-v0")
+    c.grpo.textedit_hard.env_kwargs = ml_collections.ConfigDict(
+        {"buffer_len": 8, "vocab_size": 4, "start_len": 6, "num_edits": 2})
+    c.grpo.textedit_hard.horizon = 32
+    c.grpo.textedit_hard.num_updates = 400
   return c

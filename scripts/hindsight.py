@@ -183,13 +183,14 @@ def summary_markdown(summary: dict) -> str:
               f"{summary['smooth']} updates of the seed mean)", "",
               "| env | mode | steps to level | ratio to none | final success | "
               "mean IS weight | IS clipped |", "|---|---|---|---|---|---|---|"]
-    for r in summary["grpo"].values():
+    for name, r in summary["grpo"].items():
       for mode, m in r["modes"].items():
         ratio = "—" if m["ratio_to_none"] is None else f"{m['ratio_to_none']:.2f}"
         steps = "not reached" if m["steps_to_level"] is None else str(m["steps_to_level"])
-        lines.append(f"| {r['env_name']} | {mode} | {steps} | {ratio} | "
-                     f"{m['final_success_mean']:.2f} ± {m['final_success_std']:.2f} | "
-                     f"{m['iw_mean']:.2f} | {m['iw_clip_frac']:.2f} |")
+        iw = ("— | —" if mode == "none"   # no relabeled example is used
+              else f"{m['iw_mean']:.2f} | {m['iw_clip_frac']:.2f}")
+        lines.append(f"| {r['env_name']} ({name}) | {mode} | {steps} | {ratio} | "
+                     f"{m['final_success_mean']:.2f} ± {m['final_success_std']:.2f} | {iw} |")
     lines.append("")
   lines.append(f"Total wall time: {summary['wall_seconds']:.0f} s.")
   return "\n".join(lines) + "\n"

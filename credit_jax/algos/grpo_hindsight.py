@@ -15,7 +15,7 @@ Relabeled episodes are extra, weighted examples next to the originals (which are
 kept). Their advantage is their verified return (1) minus the task's real success rate
 in this group, their weight `relabel_schedule(success_ema, relabel_weight,
 relabel_threshold, relabel_ramp)` (the warm start: full weight while real success is
-rare, off above the threshold). Two modes (`config.relabel`):
+rare, off above the threshold). Modes (`config.relabel`):
 
   "plain": the relabeled episode counts as if it had been sampled for its new goal
            (biased: the actions were chosen for the original goal);
@@ -26,12 +26,12 @@ rare, off above the threshold). Two modes (`config.relabel`):
            the fraction clipped are logged so the two modes can be compared;
   "none":  plain GRPO (the control arm).
 
-The per-step loss is the clipped surrogate minus an entropy bonus, averaged over valid
+The per-step loss is the clipped surrogate minus an entropy bonus, summed over valid
 steps with the example weights and divided by the number of valid ORIGINAL steps, so
-relabeled examples add to GRPO's gradient rather than dilute it. Hyperparameters in `hparams`
-(traced): lr, clip_eps, ent_coef, max_grad_norm, relabel_weight, relabel_threshold,
-relabel_ramp, rho_clip, importance_weighted (the modes are traced values, see
-`mode_hparams`, so all three run in one compiled program).
+relabeled examples add to GRPO's gradient rather than dilute it. Hyperparameters in
+`hparams` (traced): lr, clip_eps, ent_coef, max_grad_norm, relabel_weight,
+relabel_threshold, relabel_ramp, rho_clip, importance_weighted (the modes are traced
+values, see `mode_hparams`, so all three run in one compiled program).
 """
 from __future__ import annotations
 
@@ -122,8 +122,6 @@ def make_train(config) -> common.Train:
                   "clip_frac": weighted_sum(clipped, w, n),
                   "approx_kl": weighted_sum(approx_kl, w, n)}
 
-  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-
   def relabeled_examples(state, traj, returns, key, weight, hp):
     """Relabeled episodes [T, N, K, m] of the failed members: obs, actions, log-probs
     under the new goal, advantages and weights, plus their metrics."""
@@ -172,24 +170,11 @@ def make_train(config) -> common.Train:
     data = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=3), data, rel_data)
     lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
 
-    def minibatch_step(carry, mb):
-      p, o = carry
-      (loss, m), grads = grad_fn(p, mb, hp)
-      p, o, gnorm = common.apply_gradients(p, o, grads, lr, hp["max_grad_norm"], adam_eps)
-      return (p, o), {"loss": loss, "grad_norm": gnorm, **m}
-
-    def epoch(carry, k):
-      perm = jax.random.permutation(k, num_tasks)
-
-      def split(x):  # minibatches of whole tasks (axis 1): [M, T, n, K, copies, ...]
-        x = jnp.take(x, perm, axis=1)
-        x = x.reshape((x.shape[0], n_mb, num_tasks // n_mb) + x.shape[2:])
-        return jnp.moveaxis(x, 1, 0)
-      return jax.lax.scan(minibatch_step, carry, jax.tree.map(split, data))
-
-    (params, opt_state), m = jax.lax.scan(epoch, (state.params, state.opt_state),
-                                          jax.random.split(k_perm, n_epochs))
-    metrics = jax.tree.map(jnp.mean, m)
+    # Minibatches split the task axis (axis 1), so groups and their relabels stay whole.
+    params, opt_state, metrics = common.minibatch_epochs(
+        lambda p, mb: loss_fn(p, mb, hp), state.params, state.opt_state, data, k_perm,
+        num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
+        max_grad_norm=hp["max_grad_norm"], adam_eps=adam_eps)
     metrics.update(rel_metrics)
     metrics.update({
         "lr": lr, "return": returns.mean(), "success": success, "success_ema": ema,
