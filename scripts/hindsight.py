@@ -14,6 +14,11 @@
 Writes into --workdir: bitflip.png, grpo_<env>.png, summary.json (success per n and
 arm; env steps to `success_level` per mode and their ratio to no relabeling; wall times)
 and summary.md.
+
+One run of the `:full` variant (jax 0.10.2, 2 shared CPU cores) hung for good in a
+vmapped GRPO cell: every XLA worker thread idle, the host waiting for the result (an
+Eigen thread-pool wedge others report for vmapped CPU programs). The rerun with
+XLA_FLAGS=--xla_cpu_multi_thread_eigen=false finished with identical numbers.
 """
 from __future__ import annotations
 
