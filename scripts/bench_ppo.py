@@ -20,10 +20,23 @@ replaced by a no-op while timing so both sides time training only. Settings reja
 differently: it anneals nothing (constant lr), clips gradients elementwise, and keeps
 separate Adam states for actor and critic; ours anneals lr as PureJaxRL does.
 """
-import json
+import os
+import re
+import sys
+
+# jaxlib 0.10's XLA CPU runtime was seen to wedge for good (every thread idle, the result
+# never ready) running our vmapped 16-seed PPO under its concurrency-optimised scheduler.
+# With more than one seed requested that scheduler is turned off, for both systems (the
+# rejax subprocess inherits the environment); it costs ~1.5x at one seed, so run one-seed
+# cells on their own (--seeds=1) to measure them without it. Set before jax starts.
+_SEEDS = re.search(r"--seeds[= ]([\d,]+)", " ".join(sys.argv))
+if ((not _SEEDS or max(int(s) for s in _SEEDS.group(1).split(",")) > 1)
+    and "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", "")):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " "
+                             "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+import json  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import statistics
 import subprocess
-import sys
 import time
 
 from absl import app, flags
@@ -154,7 +167,8 @@ def main(argv):
   on_gpu = device.platform == "gpu"
   seed_counts = [int(s) for s in (_SEEDS.value or (["1", "1024"] if on_gpu else
                                                    ["1", "16"]))]
-  print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}")
+  print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}, "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
   ours, steps = bench_ours(seed_counts, _STEPS.value, _REPEATS.value)
   theirs, error = [], None
   if _REJAX.value:
@@ -177,6 +191,7 @@ def main(argv):
   if _OUT.value:
     with open(_OUT.value, "w") as f:
       json.dump({"device": str(device.device_kind), "steps_per_seed": steps,
+                 "xla_flags": os.environ.get("XLA_FLAGS", ""),
                  "rows": rows, "rejax_error": error}, f, indent=2)
   sys.stdout.flush()
 
