@@ -63,10 +63,20 @@ _PEELED_LEVELS = 4
 
 
 # Fields of the float32 record `SearchTree.edges[b, n, k]` of slot k of node n. Selection
-# reads one node's K records (one or two cache lines per root and level), which keeps a
-# descent fast however large the tree grows.
-VISITS, VALUE_SUM, PRIOR, CHILD_DONE = 0, 1, 2, 3
+# reads one node's K records and nothing else (one or two cache lines per root and level):
+# on CPU a descent step is bound by the latency of these random reads once the tree
+# outgrows the cache, so the child pointer lives in the record too (field CHILD, see
+# `_child_code`) rather than in an array of its own.
+VISITS, VALUE_SUM, PRIOR, CHILD = 0, 1, 2, 3
 _EDGE_FIELDS = 4
+_UNEXPANDED = -1.0  # CHILD of a slot with no child yet
+
+
+def _child_code(child: Array, done: Array) -> Array:
+  """The CHILD field of a slot with child node `child`: `child` while the child can be
+  expanded, `-child - 2` once it cannot (episode ended, depth cap), -1 while unexpanded.
+  Exact in float32 for trees below 2**24 nodes."""
+  return jnp.where(done, -child - 2, child).astype(jnp.float32)
 
 
 class SearchTree(NamedTuple):
@@ -74,7 +84,8 @@ class SearchTree(NamedTuple):
 
   Statistics live on edges (slot k of node n): visits, the sum of the returns
   `reward + discount * value` backed up through it, the policy prior (-1 marks an invalid
-  slot), and whether its child cannot be expanded.
+  slot), and its child node (`_child_code`: -1 unexpanded, c >= 0 the child c, c <= -2 the
+  child -c - 2, which cannot be expanded).
   """
   parent_edge: Array   # [B, N] int32, parent * K + slot of the edge into the node (-1: root)
   action: Array        # [B, N] int32, action on the edge into the node (-1 at the root)
@@ -85,15 +96,20 @@ class SearchTree(NamedTuple):
   done: Array          # [B, N] bool, unexpandable (episode ended, depth cap, no valid action)
   value: Array         # [B, N] float32, leaf evaluation when the node was created
   state: Any           # pytree of [B, N, ...], the environment state at each node
-  edge_child: Array    # [B, N, K] int32, child node of each slot, -1 while unexpanded
   edge_action: Array   # [B, N, K] int32, action of each slot
-  edges: Array         # [B, N, K, 4] float32, (VISITS, VALUE_SUM, PRIOR, CHILD_DONE)
+  edges: Array         # [B, N, K, 4] float32, (VISITS, VALUE_SUM, PRIOR, CHILD)
   num_nodes: Array     # [B] int32, nodes in use (scratch excluded)
 
   @property
   def parent(self) -> Array:
     """[B, N] int32 parent of each node, -1 at the root and at unused nodes."""
-    return jnp.where(self.parent_edge >= 0, self.parent_edge // self.edge_child.shape[-1], -1)
+    return jnp.where(self.parent_edge >= 0, self.parent_edge // self.edges.shape[2], -1)
+
+  @property
+  def edge_child(self) -> Array:
+    """[B, N, K] int32 child node of each slot, -1 while unexpanded."""
+    c = self.edges[..., CHILD]
+    return jnp.where(c <= -2, -c - 2, c).astype(jnp.int32)
 
 
 class SearchStats(NamedTuple):
@@ -265,6 +281,9 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
   num_slots = num_actions if branching is None else int(branching)
   num_nodes = num_simulations + 2
   scratch = num_nodes - 1
+  if num_nodes >= 2**24:
+    raise ValueError(f"num_simulations must be below {2**24 - 2} (child pointers are stored "
+                     f"exactly in float32), got {num_simulations}")
 
   def make_slots(masked, key):
     """Slot actions [K] and edge records [K, 4] of a new node from its masked logits."""
@@ -276,7 +295,8 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
     valid = masked[actions] > _MASKED_LOGIT / 2
     prior = jnp.where(valid, probs[actions], 0.0)
     prior = jnp.where(valid, prior / jnp.maximum(prior.sum(), 1e-30), -1.0)
-    record = jnp.zeros((num_slots, _EDGE_FIELDS), jnp.float32).at[:, PRIOR].set(prior)
+    record = jnp.stack([jnp.zeros_like(prior), jnp.zeros_like(prior), prior,
+                        jnp.full_like(prior, _UNEXPANDED)], -1)
     return actions, record
 
   def slot_scores(e, exploration):
@@ -293,7 +313,7 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
       score = jnp.where(n_c > 0, q_c + bonus, 1e9 + prior)
     return jnp.where(prior >= 0, score, -jnp.inf)
 
-  def select(edge_child, edge_action, edges, root_done, exploration):
+  def select(edge_action, edges, root_done, exploration):
     """One root's descent -> (node, slot, action, expand).
 
     expand: the slot of `node` is unexpanded; else `node` is an ended leaf reached again.
@@ -302,9 +322,11 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
       n = c[0]
       e = edges[n]
       k = jnp.argmax(slot_scores(e, exploration)).astype(jnp.int32)
-      child = edge_child[n, k]
-      expand = child < 0
-      stop = expand | (e[k, CHILD_DONE] > 0)
+      code = e[k, CHILD]
+      expand = code == _UNEXPANDED
+      child_done = code <= -2
+      child = jnp.where(child_done, -code - 2, code).astype(jnp.int32)
+      stop = expand | child_done
       # With all actions expanded slot k is action k; else read it here: a gather after
       # the loop makes XLA copy edge_action whole before its scatter, O(N) per simulation.
       action = k if branching is None else edge_action[n, k]
@@ -360,17 +382,17 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
         state=jax.tree.map(
             lambda x: jnp.broadcast_to(x[:, None], (batch, num_nodes) + x.shape[1:]),
             root_states),
-        edge_child=per_node(-1, jnp.int32, (num_slots,)),
         edge_action=edge_action.at[:, 0].set(actions),
-        edges=per_node(0.0, jnp.float32, (num_slots, _EDGE_FIELDS)).at[:, 0].set(record),
+        edges=per_node(0.0, jnp.float32, (num_slots, _EDGE_FIELDS)).at[..., CHILD].set(
+            _UNEXPANDED).at[:, 0].set(record),
         num_nodes=jnp.ones((batch,), jnp.int32))
 
   def simulate(params, env_params, env_keys, slot_keys, roll_keys, exploration, discount):
     def one(sim, carry):
       tree, best, stats = carry
       b = jnp.arange(env_keys.shape[0])
-      node, slot, action, expand = jax.vmap(select, (0, 0, 0, 0, None))(
-          tree.edge_child, tree.edge_action, tree.edges, tree.done[:, 0], exploration)
+      node, slot, action, expand = jax.vmap(select, (0, 0, 0, None))(
+          tree.edge_action, tree.edges, tree.done[:, 0], exploration)
 
       # Expansion: one env step from the parent's stored state.
       parent_state = jax.tree.map(lambda x: x[b, node], tree.state)
@@ -403,10 +425,9 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
           reward=put(tree.reward, reward), path_reward=put(tree.path_reward, path_reward),
           terminated=put(tree.terminated, term), done=put(tree.done, done),
           value=put(tree.value, value), state=jax.tree.map(put, tree.state, state),
-          edge_child=tree.edge_child.at[b, at_parent, slot].set(new),
           edge_action=tree.edge_action if branching is None else put(tree.edge_action, s_act),
-          edges=put(tree.edges, s_record).at[b, at_parent, slot, CHILD_DONE].set(
-              done.astype(jnp.float32)),
+          edges=put(tree.edges, s_record).at[b, at_parent, slot, CHILD].set(
+              _child_code(new, done)),
           num_nodes=tree.num_nodes + expand.astype(jnp.int32))
       tree = backup(tree, jnp.where(expand, new, node),
                     jnp.where(expand, value, tree.value[b, node]), discount)
