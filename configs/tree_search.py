@@ -8,7 +8,10 @@ compute. Part B trains the search-then-train recipe (`credit_jax.algos.search_th
 with search on and off (the control arm is plain GRPO with the same loss) and plots both.
 
 Variants: "small" (the default, a few minutes on a 2-core CPU), "smoke" (seconds: what
-tests run), "gpu" (more tasks, simulations and seeds).
+tests run), "gpu" (more tasks, simulations and seeds). Variant "train" returns part B's
+recipe config alone, for the training script:
+
+  python3 scripts/train.py --config=configs/tree_search.py:train --workdir=/tmp/stt
 """
 import ml_collections
 
@@ -64,7 +67,11 @@ def train_config(horizon: int, num_pivotal: int):
 
 
 def get_config(arg=None):
-  """Returns the config; `arg` picks a variant ("small" (default), "smoke" or "gpu")."""
+  """Returns the config; `arg` picks a variant ("small" (default), "smoke", "gpu", "train")."""
+  if arg == "train":  # part B's search-then-train recipe, for scripts/train.py
+    c = train_config(horizon=10, num_pivotal=6)
+    c.num_updates = 60
+    return c
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.env_name = "KeyChain-v0"
@@ -107,5 +114,6 @@ def get_config(arg=None):
     c.train.seeds = 16
     c.train.num_updates = 100
   else:
-    raise ValueError(f"unknown variant {arg!r}; use 'small' (default), 'smoke' or 'gpu'")
+    raise ValueError(f"unknown variant {arg!r}; use 'small' (default), 'smoke', 'gpu' or "
+                     "'train'")
   return c

@@ -7,7 +7,8 @@
     hp["lr"] = jnp.geomspace(1e-4, 1e-2, 8)        # a sweep is a vmap, not a recompile
     states, metrics = jax.jit(jax.vmap(train))(jax.random.split(key, 8), hp)
 
-`config.algo` picks the recipe ("ppo", "grpo", "reinforce", "dqn", "grpo_hindsight");
+`config.algo` picks the recipe ("ppo", "grpo", "reinforce", "dqn", "grpo_hindsight",
+"search_then_train");
 see each module for its fields and `configs/` for documented examples.
 `runner.train_and_evaluate` adds chunked execution, progress, metrics files, checkpoints
 and plots around a `Train`.
@@ -15,11 +16,12 @@ and plots around a `Train`.
 from __future__ import annotations
 
 from credit_jax import envs
-from credit_jax.algos import common, dqn, grpo, grpo_hindsight, ppo, reinforce
+from credit_jax.algos import (common, dqn, grpo, grpo_hindsight, ppo, reinforce,
+                              search_then_train)
 from credit_jax.algos.common import ConfigError, Train, TrainState
 
 RECIPES = {"ppo": ppo, "grpo": grpo, "reinforce": reinforce, "dqn": dqn,
-           "grpo_hindsight": grpo_hindsight}
+           "grpo_hindsight": grpo_hindsight, "search_then_train": search_then_train}
 
 __all__ = ["RECIPES", "ConfigError", "Train", "TrainState", "make_train",
            "validate_config"]
