@@ -87,10 +87,9 @@ class SearchTree(NamedTuple):
   slot), and its child node (`_child_code`: -1 unexpanded, c >= 0 the child c, c <= -2 the
   child -c - 2, which cannot be expanded).
   """
-  parent_edge: Array   # [B, N] int32, parent * K + slot of the edge into the node (-1: root)
+  up: Array            # [B, N, 2] int32, (parent_edge, reward bits): see the properties
   action: Array        # [B, N] int32, action on the edge into the node (-1 at the root)
   depth: Array         # [B, N] int32, steps from the root
-  reward: Array        # [B, N] float32, reward of the edge into the node
   path_reward: Array   # [B, N] float32, undiscounted reward from the root to the node
   terminated: Array    # [B, N] bool, the edge into the node ended the episode (terminal)
   done: Array          # [B, N] bool, unexpandable (episode ended, depth cap, no valid action)
@@ -104,6 +103,18 @@ class SearchTree(NamedTuple):
   def parent(self) -> Array:
     """[B, N] int32 parent of each node, -1 at the root and at unused nodes."""
     return jnp.where(self.parent_edge >= 0, self.parent_edge // self.edges.shape[2], -1)
+
+  # The backup reads, per level, a node's parent edge and the reward on it: one record
+  # `up[b, n]` holds both (the reward's float32 bits), so a level costs one random read.
+  @property
+  def parent_edge(self) -> Array:
+    """[B, N] int32, parent * K + slot of the edge into each node (-1: root, unused)."""
+    return self.up[..., 0]
+
+  @property
+  def reward(self) -> Array:
+    """[B, N] float32, reward of the edge into each node."""
+    return jax.lax.bitcast_convert_type(self.up[..., 1], jnp.float32)
 
   @property
   def edge_child(self) -> Array:
@@ -350,8 +361,9 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
       node, v, edges = c
       active = node > 0  # the root has no edge above it
       idx = jnp.where(active, node, scratch)
-      edge = jnp.where(active, tree.parent_edge[b, idx], scratch_edge)
-      g = tree.reward[b, idx] + discount * v
+      up = tree.up[b, idx]
+      edge = jnp.where(active, up[:, 0], scratch_edge)
+      g = jax.lax.bitcast_convert_type(up[:, 1], jnp.float32) + discount * v
       update = jnp.where(active[:, None], jnp.stack([jnp.ones_like(g), g], -1), 0.0)
       edges = edges.at[b, edge, VISITS:VALUE_SUM + 1].add(update)
       return jnp.where(active, edge // num_slots, 0), g, edges
@@ -374,9 +386,9 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
     edge_action = jnp.broadcast_to(jnp.arange(num_slots, dtype=jnp.int32),
                                    (batch, num_nodes, num_slots))
     return SearchTree(
-        parent_edge=per_node(-1, jnp.int32),
+        up=per_node(0, jnp.int32, (2,)).at[..., 0].set(-1),
         action=per_node(-1, jnp.int32), depth=per_node(0, jnp.int32),
-        reward=per_node(0.0, jnp.float32), path_reward=per_node(0.0, jnp.float32),
+        path_reward=per_node(0.0, jnp.float32),
         terminated=per_node(False, bool), done=per_node(False, bool).at[:, 0].set(root_done),
         value=per_node(0.0, jnp.float32),
         state=jax.tree.map(
@@ -420,9 +432,10 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
       def put(x, v):
         return x.at[b, new].set(v)
       tree = tree._replace(
-          parent_edge=put(tree.parent_edge, node * num_slots + slot),
+          up=put(tree.up, jnp.stack(
+              [node * num_slots + slot, jax.lax.bitcast_convert_type(reward, jnp.int32)], -1)),
           action=put(tree.action, action), depth=put(tree.depth, depth),
-          reward=put(tree.reward, reward), path_reward=put(tree.path_reward, path_reward),
+          path_reward=put(tree.path_reward, path_reward),
           terminated=put(tree.terminated, term), done=put(tree.done, done),
           value=put(tree.value, value), state=jax.tree.map(put, tree.state, state),
           edge_action=tree.edge_action if branching is None else put(tree.edge_action, s_act),
@@ -453,7 +466,7 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
     def path_step(_, c):
       n, actions = c
       at = jnp.where(n > 0, tree.depth[n] - 1, max_depth)  # the root writes to a spare cell
-      parent = jnp.maximum(tree.parent_edge[n] // num_slots, 0)
+      parent = jnp.maximum(tree.up[n, 0] // num_slots, 0)
       return parent, actions.at[at].set(tree.action[n])
     _, path = jax.lax.fori_loop(0, max_depth, path_step,
                                 (best_node, jnp.zeros((max_depth + 1,), jnp.int32)))
