@@ -24,16 +24,15 @@ import os
 import re
 import sys
 
-# jaxlib 0.10's XLA CPU runtime was seen to wedge for good (every thread idle, the result
-# never ready) running our vmapped 16-seed PPO under its concurrency-optimised scheduler.
-# With more than one seed requested that scheduler is turned off, for both systems (the
-# rejax subprocess inherits the environment); it costs ~1.5x at one seed, so run one-seed
-# cells on their own (--seeds=1) to measure them without it. Set before jax starts.
+import xla_cpu_flags  # before jax starts: see that module for why
+
+# With more than one seed requested, XLA CPU's concurrency-optimised scheduler is turned
+# off (a jaxlib 0.10 hang) for both systems: the rejax subprocess inherits XLA_FLAGS. It
+# costs time at one seed, so run one-seed cells on their own (--seeds=1) to measure them
+# without it.
 _SEEDS = re.search(r"--seeds[= ]([\d,]+)", " ".join(sys.argv))
-if ((not _SEEDS or max(int(s) for s in _SEEDS.group(1).split(",")) > 1)
-    and "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", "")):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " "
-                             "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+xla_cpu_flags.disable_concurrency_scheduler(
+    max(int(s) for s in _SEEDS.group(1).split(",")) if _SEEDS else 16)
 import json  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import statistics
 import subprocess

@@ -8,22 +8,18 @@ Writes into --workdir: metrics.jsonl, tensorboard/, checkpoints/ (with config.js
 learning_curve.png and summary.json. Running the same command again resumes from the
 newest checkpoint. All logic lives in credit_jax.algos.runner.
 """
-import os
 import re
 import sys
 
-# jaxlib 0.10's XLA CPU runtime was seen to wedge for good (every thread idle, the result
-# never ready) running vmapped multi-seed training programs scheduled by its
-# concurrency-optimised scheduler (16 vmapped PPO seeds, second call). Turning that
-# scheduler off avoids it but costs ~1.5x at one seed, so it is turned off only for
-# multi-seed runs asked for on the command line. It must happen before jax starts.
-_SEEDS = re.search(r"--config\.seeds[= ](\d+)", " ".join(sys.argv))
-if (_SEEDS and int(_SEEDS.group(1)) > 1
-    and "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", "")):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " "
-                             "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+import xla_cpu_flags  # before jax starts: see that module for why
 
-from absl import app, flags, logging
+# Multi-seed runs turn off XLA CPU's concurrency-optimised scheduler (a jaxlib 0.10 hang);
+# the seed count is read from the command line because the flag must be set before jax
+# starts, long before absl parses the config.
+_SEEDS = re.search(r"--config\.seeds[= ](\d+)", " ".join(sys.argv))
+xla_cpu_flags.disable_concurrency_scheduler(int(_SEEDS.group(1)) if _SEEDS else 1)
+
+from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,g-bad-import-order
 from ml_collections import config_flags
 
 from credit_jax.algos import ConfigError, runner
