@@ -237,3 +237,28 @@ def test_grpo_relabel_modes_run_in_one_compiled_call():
   c.relabel_strategy = "future"
   with pytest.raises(algos.ConfigError, match="config.relabel_strategy"):
     algos.validate_config(c)
+
+
+def test_goal_options_that_keep_relabeled_goals_in_the_task():
+  # GoalGrid targets="all": every cell is posed as a goal, never the start cell.
+  env, params = envs.make("GoalGrid-v0", size=3, targets="all")
+  states = jax.vmap(lambda k: env.reset(k, params)[1])(
+      jax.random.split(jax.random.PRNGKey(0), 400))
+  cells = np.asarray(states.goal[:, 0] * 3 + states.goal[:, 1])
+  assert set(cells.tolist()) == set(range(9))
+  assert not np.any(np.all(np.asarray(states.goal) == np.asarray(states.pos), axis=1))
+  with pytest.raises(ValueError, match="targets"):
+    envs.make("GoalGrid-v0", targets="corners")
+  # TextEdit goal_edits="any": one substitution, insertion or deletion away.
+  env, params = envs.make("TextEdit-v0", buffer_len=4, vocab_size=2, start_len=3,
+                          num_edits=1, goal_edits="any")
+  states = jax.vmap(lambda k: env.reset(k, params)[1])(
+      jax.random.split(jax.random.PRNGKey(1), 400))
+  start, goal = np.asarray(states.buffer), np.asarray(states.goal)
+  growth = np.sum(goal >= 0, axis=1) - np.sum(start >= 0, axis=1)
+  assert set(growth.tolist()) == {-1, 0, 1}
+  assert not np.any(np.all(start == goal, axis=1))
+  same_len = growth == 0
+  assert np.all(np.sum(start[same_len] != goal[same_len], axis=1) == 1)
+  with pytest.raises(ValueError, match="goal_edits"):
+    envs.make("TextEdit-v0", goal_edits="many")

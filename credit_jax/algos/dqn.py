@@ -10,7 +10,12 @@ evaluation on `eval_envs` fresh episodes gives the reported `success`.
 Targets are double-DQN: `r + gamma * (1 - terminated) * Q_target(s', argmax_a Q(s', a))`,
 where `s'` is the observation after the step before any auto-reset, so a truncated
 step bootstraps and a terminated one does not (relabeled ends come from the verifier,
-see `credit_jax/hindsight.py`). Each sample's squared error is weighted by its example
+see `credit_jax/hindsight.py`). `config.reward_offset` is added to every stored reward:
+0 keeps the goal envs' 1-on-success/0-else, -1 gives the HER paper's 0/-1 convention
+(every step that misses the goal costs 1, so an untrained Q near 0 is optimistic);
+`config.clip_target` clips targets to the range of returns the rewards allow
+(`[min(r, 0), max(r, 0)] / (1 - gamma)` over r in {offset, 1 + offset}), as the paper
+clips to `[-1 / (1 - gamma), 0]`. Each sample's squared error is weighted by its example
 weight (1 for real transitions, the scheduled `relabel_weight` for relabeled ones).
 
 Warm start: relabeled examples are written with weight `relabel_schedule(success_ema,
@@ -48,6 +53,8 @@ def validate_config(config) -> None:
   req(0.0 <= config.epsilon <= 1.0, "epsilon", f"must lie in [0, 1], got {config.epsilon}")
   req(0.0 < config.target_tau <= 1.0, "target_tau",
       f"must lie in (0, 1], got {config.target_tau}")
+  req(-1.0 <= config.get("reward_offset", 0.0) <= 0.0, "reward_offset",
+      f"must lie in [-1, 0], got {config.get('reward_offset')}")
   validate_relabel_fields(config)
 
 
@@ -107,6 +114,8 @@ def make_train(config) -> common.Train:
   strategy = str(config.her_strategy)
   ema_decay = float(config.success_ema)
   adam_eps = float(config.adam_eps)
+  reward_offset = float(config.get("reward_offset", 0.0))
+  clip_target = bool(config.get("clip_target", False))
   example = {"obs": jnp.zeros(obs_shape, jnp.float32), "action": jnp.zeros((), jnp.int32),
              "reward": jnp.zeros(()), "next_obs": jnp.zeros(obs_shape, jnp.float32),
              "discount": jnp.zeros(()), "weight": jnp.zeros(())}
@@ -127,7 +136,13 @@ def make_train(config) -> common.Train:
     q_next_target, _ = network.apply(target, batch["next_obs"])
     best = jnp.argmax(q_next_online, axis=1)
     q_next = jnp.take_along_axis(q_next_target, best[:, None], axis=1)[:, 0]
-    y = jax.lax.stop_gradient(batch["reward"] + hp["gamma"] * batch["discount"] * q_next)
+    y = batch["reward"] + hp["gamma"] * batch["discount"] * q_next
+    if clip_target:
+      # Returns of rewards in {offset, 1 + offset} lie within these bounds.
+      horizon_sum = 1.0 / jnp.maximum(1.0 - hp["gamma"], 1e-6)
+      y = jnp.clip(y, min(reward_offset, 0.0) * horizon_sum,
+                   max(1.0 + reward_offset, 0.0) * horizon_sum)
+    y = jax.lax.stop_gradient(y)
     loss = jnp.mean(batch["weight"] * jnp.square(q - y))
     return loss, {"q_mean": jnp.mean(q)}
 
@@ -140,7 +155,8 @@ def make_train(config) -> common.Train:
     traj, weights, relabeled = out.traj, out.weights, out.relabeled
     flat = lambda x: x.reshape((-1,) + x.shape[weights.ndim:])
     items = {"obs": flat(traj.obs), "action": flat(traj.actions),
-             "reward": flat(traj.rewards), "next_obs": flat(traj.final_obs),
+             "reward": flat(traj.rewards) + reward_offset,
+             "next_obs": flat(traj.final_obs),
              "discount": flat(1.0 - traj.terminated.astype(jnp.float32)),
              "weight": flat(weights)}
     written = items["weight"] > 0

@@ -1,13 +1,16 @@
 """GoalGrid-v0: a goal-conditioned gridworld with several target cells.
 
 An open `size` x `size` grid. Each episode draws its goal uniformly among the target
-cells (`targets`, default the four corners) and its start uniformly among the other
+cells (`targets`: default the four corners; `"all"` makes every cell a target, so any
+cell an episode ends on is a goal the task itself poses, which keeps hindsight-relabeled
+goals inside the task's goal distribution) and its start uniformly among the other
 cells (32-bit words modulo the count: exact for powers of two, else off uniform by less
-than count / 2**32 relative). Actions: 0 up, 1 right, 2 down, 3 left; moves into a wall leave the agent in
-place. With probability `params.slip_prob` (default 0, a pytree leaf so a sweep over it
-is a vmap) the move taken is a uniformly random one instead. Stepping onto the goal
-gives reward 1.0 and terminates; otherwise the reward is 0.0 and the time limit
-`params.max_steps_in_episode` (default 3 * size) truncates the episode.
+than count / 2**32 relative). Actions: 0 up, 1 right, 2 down, 3 left; moves into a wall
+leave the agent in place. With probability `params.slip_prob` (default 0, a pytree leaf
+so a sweep over it is a vmap) the move taken is a uniformly random one instead.
+Stepping onto the goal gives reward 1.0 and terminates; otherwise the reward is 0.0
+and the time limit `params.max_steps_in_episode` (default 3 * size) truncates the
+episode.
 
 Observation (float32, `[2 * size * size]`): one-hot agent cell, then one-hot goal cell
 (the goal part). Goal API (see `goal.py`): the achieved goal is the agent's cell
@@ -49,12 +52,18 @@ class GoalGridParams(environment.EnvParams):
 class GoalGrid(goal.GoalEnvMixin, base.CreditEnv):
   """GoalGrid-v0. See the module docstring."""
 
-  def __init__(self, size: int = 7, targets: Sequence[Sequence[int]] | None = None):
+  def __init__(self, size: int = 7,
+               targets: Sequence[Sequence[int]] | str | None = None):
     super().__init__()
     self.size = base.check_int("size", size, minimum=2)
     if targets is None:
       last = self.size - 1
       targets = ((0, 0), (0, last), (last, 0), (last, last))
+    elif isinstance(targets, str):
+      if targets != "all":
+        raise ValueError(f"targets must be a sequence of (row, col) pairs or 'all', "
+                         f"got {targets!r}")
+      targets = [(r, c) for r in range(self.size) for c in range(self.size)]
     try:
       cells = [tuple(int(v) for v in cell) for cell in targets]
     except (TypeError, ValueError) as error:

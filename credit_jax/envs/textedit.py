@@ -10,9 +10,14 @@ unused slots hold `PAD` (-1). A cursor sits between tokens, in `[0, length]`. Ac
 
 Each episode starts from `start_len` uniform tokens with the cursor at 0; the goal is
 the start with `num_edits` distinct positions changed to a different token, so an editor
-must move, delete and write to reach it. (Tokens come from 32-bit words modulo V: exact
-for V a power of two, else off uniform by < V / 2**32 relative.) Submitting terminates; otherwise the time limit
-`params.max_steps_in_episode` (default 4 * L) truncates with reward 0.
+must move, delete and write to reach it. With `goal_edits="any"` the goal is instead the
+start after `num_edits` random edits, each a substitution, an insertion (when there is
+room) or a deletion at a uniform position (a goal equal to the start falls back to the
+substitution goal), so buffers that random editing ends on, which is where hindsight
+relabeling takes its goals, are goals the task itself poses. (Tokens come from 32-bit
+words modulo V: exact for V a power of two, else off uniform by < V / 2**32 relative.)
+Submitting terminates; otherwise the time limit `params.max_steps_in_episode` (default
+4 * L) truncates with reward 0.
 
 Observation (float32, `[L*V + (L+1) + L*V]`): one-hot buffer (PAD rows all zero), one-hot
 cursor, one-hot goal buffer (the goal part). Goal API (see `goal.py`): the achieved goal
@@ -58,8 +63,11 @@ class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
   deterministic_transitions = True  # step_env ignores its key
 
   def __init__(self, buffer_len: int = 8, vocab_size: int = 4, start_len: int = 6,
-               num_edits: int = 2):
+               num_edits: int = 2, goal_edits: str = "substitute"):
     super().__init__()
+    if goal_edits not in ("substitute", "any"):
+      raise ValueError(f"goal_edits must be 'substitute' or 'any', got {goal_edits!r}")
+    self.goal_edits = goal_edits
     self.buffer_len = base.check_int("buffer_len", buffer_len, minimum=1)
     self.vocab_size = base.check_int("vocab_size", vocab_size, minimum=2)
     self.start_len = base.check_int("start_len", start_len, minimum=0,
@@ -85,9 +93,11 @@ class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
   def reset_env(self, key: jax.Array, params: TextEditParams
                 ) -> Tuple[jax.Array, TextEditState]:
     # One call of the bit generator (gymnax runs reset_env on every step): L words
-    # for the tokens, start_len to rank the positions, num_edits for the new tokens.
+    # for the tokens, start_len to rank the positions, num_edits for the new tokens
+    # (and 3 per edit for goal_edits="any").
     n_len, n_start = self.buffer_len, self.start_len
-    words = jax.random.bits(key, (n_len + n_start + self.num_edits,), jnp.uint32)
+    n_any = 3 * self.num_edits if self.goal_edits == "any" else 0
+    words = jax.random.bits(key, (n_len + n_start + self.num_edits + n_any,), jnp.uint32)
     slots = jnp.arange(n_len)
     tokens = (words[:n_len] % self.vocab_size).astype(jnp.int32)
     buffer = jnp.where(slots < n_start, tokens, PAD)
@@ -96,12 +106,37 @@ class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
       # The smallest random ranks pick distinct positions (a stable sort breaks ties).
       where = jnp.argsort(words[n_len:n_len + n_start])[:self.num_edits]
       # A nonzero shift mod V makes every edited token differ from the start.
-      shift = 1 + (words[n_len + n_start:] % (self.vocab_size - 1)).astype(jnp.int32)
+      shift = 1 + (words[n_len + n_start:n_len + n_start + self.num_edits]
+                   % (self.vocab_size - 1)).astype(jnp.int32)
       target = buffer.at[where].set((buffer[where] + shift) % self.vocab_size)
+    if n_any:
+      edited = self._random_edits(buffer, words[-n_any:].reshape(self.num_edits, 3))
+      target = jnp.where(jnp.all(edited == buffer), target, edited)
     state = TextEditState(buffer=buffer, length=jnp.asarray(n_start, jnp.int32),
                           cursor=jnp.zeros((), jnp.int32), goal=target,
                           submitted=jnp.array(False), time=jnp.zeros((), jnp.int32))
     return self.get_obs(state), state
+
+  def _random_edits(self, buffer: jax.Array, words: jax.Array) -> jax.Array:
+    """buffer: [L] int32 (PAD-padded); words: [num_edits, 3] uint32 (kind, position,
+    token) -> [L] int32, the buffer after those edits."""
+    slots = jnp.arange(self.buffer_len)
+    for kind_word, pos_word, token_word in words:
+      length = jnp.sum(buffer != PAD)
+      # 0 substitute, 1 insert, 2 delete; an impossible kind falls back to a possible one.
+      kind = (kind_word % 3).astype(jnp.int32)
+      kind = jnp.where((kind == 1) & (length >= self.buffer_len), 0, kind)
+      kind = jnp.where(length == 0, 1, kind)
+      pos = (pos_word % (jnp.maximum(length, 1) + (kind == 1))).astype(jnp.int32)
+      token = (token_word % self.vocab_size).astype(jnp.int32)
+      shift = 1 + (token_word % (self.vocab_size - 1)).astype(jnp.int32)
+      substituted = buffer.at[pos].set((buffer[pos] + shift) % self.vocab_size)
+      inserted = jnp.where(slots < pos, buffer,
+                           jnp.where(slots == pos, token, jnp.roll(buffer, 1)))
+      shifted = jnp.concatenate([buffer[1:], jnp.full((1,), PAD, buffer.dtype)])
+      deleted = jnp.where(slots < pos, buffer, shifted)
+      buffer = jnp.where(kind == 0, substituted, jnp.where(kind == 1, inserted, deleted))
+    return buffer
 
   def step_env(self, key: jax.Array, state: TextEditState, action: Any,
                params: TextEditParams
