@@ -63,8 +63,11 @@ def test_found_successes_join_the_batch_with_bounded_weight():
   hp = dict(train.default_hparams)
   _, m = update(state, hp)
   assert float(m["search_ran"]) == 1.0
-  assert float(m["searched_tasks"]) == 4.0        # every sampled group failed
-  assert float(m["all_failed_frac"]) == 1.0 and float(m["success"]) == 0.0
+  # Every all-failed group is searched (the smoke config searches up to all 4 tasks);
+  # at random success 1/16 and K = 2, this seed leaves at least one group all-failed.
+  failed = round(float(m["all_failed_frac"]) * 4)
+  assert failed >= 1
+  assert float(m["searched_tasks"]) == failed
   assert float(m["search_found"]) > 0.0
   assert 0 < float(m["search_env_steps"]) <= 4 * 16 * 6
   np.testing.assert_allclose(float(m["searched_logp_step"]), np.log(0.25), atol=0.05)

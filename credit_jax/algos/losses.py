@@ -81,3 +81,36 @@ def kl_to_reference(log_probs: Array, ref_log_probs: Array) -> Array:
   _same_shape(log_probs=log_probs, ref_log_probs=ref_log_probs)
   d = jax.lax.stop_gradient(ref_log_probs) - log_probs
   return jnp.exp(d) - d - 1.0
+
+
+def weighted_clipped_policy_loss(log_probs: Array, old_log_probs: Array, advantages: Array,
+                                 entropy: Array, weights: Array, normalizer: Array,
+                                 clip_eps: Array, ent_coef: Array):
+  """Clipped surrogate minus an entropy bonus over weighted examples.
+
+  The recipes that add extra examples to GRPO's batch (relabeled or searched episodes)
+  weight every step and divide by the number of *sampled* steps (`normalizer`), so the
+  extra examples add gradient on top of GRPO's instead of diluting it.
+
+  Args:
+    log_probs, old_log_probs, advantages, entropy, weights: [...] per step; weights are 0
+      on steps that do not count (padding after an episode's end).
+    normalizer: [] what the weighted sums are divided by (clamped to >= 1).
+    clip_eps, ent_coef: [] the surrogate's ratio clip and the entropy weight.
+
+  Returns:
+    `(loss [], metrics)`: metrics hold the policy loss and entropy on the loss's scale,
+    and the clip fraction and approximate KL as weighted means over all weighted steps.
+  """
+  _same_shape(log_probs=log_probs, entropy=entropy, weights=weights)
+  pg, clipped, approx_kl = clipped_surrogate(log_probs, old_log_probs, advantages, clip_eps)
+  n = jnp.maximum(normalizer, 1.0)
+
+  def total(x):
+    return jnp.sum(x * weights) / n
+
+  def mean(x):
+    return jnp.sum(x * weights) / jnp.maximum(jnp.sum(weights), 1e-8)
+  loss = total(pg) - ent_coef * total(entropy)
+  return loss, {"policy_loss": total(pg), "entropy": mean(entropy),
+                "clip_frac": mean(clipped), "approx_kl": mean(approx_kl)}

@@ -125,20 +125,10 @@ def make_train(config) -> common.Train:
 
   def loss_fn(params, mb, hp):
     logits, log_probs = log_probs_of(params, mb["obs"], mb["actions"])
-    pg, clipped, approx_kl = losses.clipped_surrogate(
-        log_probs, mb["log_probs"], mb["advantages"], hp["clip_eps"])
-    entropy = networks.categorical_entropy(logits)
     w = mb["weights"]                                  # [T, n, K + 1]
-    n = jnp.maximum(jnp.sum(w[..., :group]), 1.0)      # valid sampled steps
-
-    def total(x):
-      return jnp.sum(x * w) / n
-
-    def mean(x):  # for metrics: a weighted mean over all members' steps
-      return jnp.sum(x * w) / jnp.maximum(jnp.sum(w), 1e-8)
-    loss = total(pg) - hp["ent_coef"] * total(entropy)
-    return loss, {"policy_loss": total(pg), "entropy": mean(entropy),
-                  "clip_frac": mean(clipped), "approx_kl": mean(approx_kl)}
+    return losses.weighted_clipped_policy_loss(
+        log_probs, mb["log_probs"], mb["advantages"], networks.categorical_entropy(logits),
+        w, jnp.sum(w[..., :group]), hp["clip_eps"], hp["ent_coef"])  # / valid sampled steps
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
