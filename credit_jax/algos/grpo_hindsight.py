@@ -77,11 +77,6 @@ def validate_config(config) -> None:
   dqn.validate_relabel_fields(config)
 
 
-def weighted_sum(x, weights, count):
-  """`Σ w·x / count` over all entries of `x` and `weights` (same shapes); `count` []."""
-  return jnp.sum(x * weights) / jnp.maximum(count, 1.0)
-
-
 def make_train(config) -> common.Train:
   """`Train` for GRPO(+hindsight) on goal environment `config.env_name`."""
   env, env_params = common.make_env(config)
@@ -109,18 +104,12 @@ def make_train(config) -> common.Train:
 
   def loss_fn(params, mb, hp):
     logits, log_probs = log_probs_of(params, mb["obs"], mb["actions"])
-    pg, clipped, approx_kl = losses.clipped_surrogate(
-        log_probs, mb["log_probs"], mb["advantages"], hp["clip_eps"])
-    entropy = networks.categorical_entropy(logits)
     # Normalised by the number of real (original) valid steps, so relabeled examples
     # add gradient on top of GRPO's instead of diluting it.
     w = mb["weights"]
-    n = jnp.sum(w[..., 0])
-    pg_loss = weighted_sum(pg, w, n)
-    loss = pg_loss - hp["ent_coef"] * weighted_sum(entropy, w, n)
-    return loss, {"policy_loss": pg_loss, "entropy": weighted_sum(entropy, w, n),
-                  "clip_frac": weighted_sum(clipped, w, n),
-                  "approx_kl": weighted_sum(approx_kl, w, n)}
+    return losses.weighted_clipped_policy_loss(
+        log_probs, mb["log_probs"], mb["advantages"], networks.categorical_entropy(logits),
+        w, jnp.sum(w[..., 0]), hp["clip_eps"], hp["ent_coef"])
 
   def relabeled_examples(state, traj, returns, key, weight, hp):
     """Relabeled episodes [T, N, K, m] of the failed members: obs, actions, log-probs
