@@ -16,9 +16,10 @@ Three ways to collect, all pure and jittable (wrap them in `jax.jit` with `env`,
 
 The policy is written for one observation, `policy_fn(params, obs, key) -> (action,
 log_prob, extras)`, and vmapped here. Per step the engine does what a bare
-`lax.scan` of `env.step` must do anyway (one key split, one vmapped policy call, one
-vmapped step), so its overhead over a hand-written gymnax scan stays small; see
-BENCHMARKS.md ("Environment stepping") for the measured ratio.
+`lax.scan` of `env.step` must do anyway (one vmapped policy call, one vmapped step; the
+keys of all steps are split before the loop), so its overhead over a hand-written
+gymnax scan stays small; see BENCHMARKS.md ("Environment stepping") for the measured
+ratio.
 
 Trajectory fields (see `credit_jax.types.Trajectory`): `final_obs` is gymnax's
 `info["final_observation"]` (the observation that ended the step, before any reset);
@@ -157,9 +158,8 @@ def _scan(env, env_params, policy_fn, policy_params, key, env_state, obs, num_st
   act = jax.vmap(policy_fn, in_axes=(None, 0, 0))
   step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
-  def body(carry, step_key):
+  def body(carry, keys):
     env_state, obs = carry
-    keys = jax.random.split(step_key, (2, batch))
     action, log_prob, extras = act(policy_params, obs, keys[0])
     _check_policy_output(action, log_prob, batch)
     next_obs, env_state, reward, terminated, truncated, info = step(
@@ -170,8 +170,10 @@ def _scan(env, env_params, policy_fn, policy_params, key, env_state, obs, num_st
            log_prob.astype(jnp.float32), final_obs, extras, info)
     return (env_state, next_obs), out
 
+  # Every step's policy and env keys [T, 2, B] in one split before the loop: on CPU a
+  # split inside the loop is a small loop of its own, run once per step.
   (env_state, obs), out = jax.lax.scan(body, (env_state, obs),
-                                       jax.random.split(key, num_steps))
+                                       jax.random.split(key, (num_steps, 2, batch)))
   obs_t, action, reward, terminated, truncated, log_prob, final_obs, extras, info = out
   traj = Trajectory(obs=obs_t, actions=action, rewards=reward, terminated=terminated,
                     truncated=truncated, log_probs=log_prob, final_obs=final_obs,

@@ -155,8 +155,14 @@ def minibatch_epochs(loss_fn: Callable, params, opt_state, data, key: Array, *,
     `(params, opt_state, metrics)`: metrics are `loss`, `grad_norm` and the aux entries,
     averaged over all steps.
   """
+  sizes = {jnp.shape(x)[axis] for x in jax.tree.leaves(data)}
+  if len(sizes) != 1 or min(sizes) % num_minibatches:
+    raise ValueError(
+        f"data leaves must share a batch axis {axis} divisible by num_minibatches="
+        f"{num_minibatches}, got sizes {sorted(sizes)}")
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-  size = jax.tree.leaves(data)[0].shape[axis]
+  size = sizes.pop()
+  mb_size = size // num_minibatches
 
   def step(carry, mb):
     p, o = carry
@@ -164,18 +170,20 @@ def minibatch_epochs(loss_fn: Callable, params, opt_state, data, key: Array, *,
     p, o, gnorm = apply_gradients(p, o, grads, lr, max_grad_norm, adam_eps)
     return (p, o), {"loss": loss, "grad_norm": gnorm, **aux}
 
-  def split(x, perm):
-    x = jnp.take(x, perm, axis=axis)
-    x = x.reshape(x.shape[:axis] + (num_minibatches, size // num_minibatches)
-                  + x.shape[axis + 1:])
-    return jnp.moveaxis(x, axis, 0)   # [M, ...]: scan over minibatches
+  # Every epoch's permutation in one call and one gather per leaf before a single loop
+  # over all E * M steps: the same permutations and steps as shuffling epoch by epoch,
+  # but the sort and the gathers run once on the whole index array instead of once per
+  # epoch inside a nested loop (on CPU each is a fixed cost per call).
+  perms = jax.vmap(lambda k: jax.random.permutation(k, size))(
+      jax.random.split(key, num_epochs))                             # [E, size]
+  index = perms.reshape(num_epochs * num_minibatches, mb_size)       # [E * M, mb]
 
-  def epoch(carry, k):
-    perm = jax.random.permutation(k, size)
-    return jax.lax.scan(step, carry, jax.tree.map(lambda x: split(x, perm), data))
+  def gather(x):
+    x = jnp.take(jnp.moveaxis(x, axis, 0), index, axis=0)          # [E * M, mb, ...]
+    return jnp.moveaxis(x, 1, axis + 1)   # the minibatch axis back where `axis` was
 
-  (params, opt_state), m = jax.lax.scan(epoch, (params, opt_state),
-                                        jax.random.split(key, num_epochs))
+  (params, opt_state), m = jax.lax.scan(step, (params, opt_state),
+                                        jax.tree.map(gather, data))
   return params, opt_state, jax.tree.map(jnp.mean, m)
 
 
