@@ -14,7 +14,9 @@
 Compilation is done ahead of time and timed separately, so env steps/s excludes it.
 On CPU with jaxlib 0.10, start Python with
 `XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false` (scripts/train.py sets
-it): without it the XLA CPU runtime was seen to hang for good on vmapped multi-seed runs.
+it for multi-seed runs through scripts/xla_cpu_flags.py, only on jaxlib versions known to
+accept it): without it the XLA CPU runtime was seen to hang for good on vmapped
+multi-seed runs.
 Chunk boundaries are the only place the host sees the state, and the RNG key is in the
 state, so a run resumed from any checkpoint reproduces the uninterrupted run exactly.
 """
