@@ -262,3 +262,36 @@ def test_goal_options_that_keep_relabeled_goals_in_the_task():
   assert np.all(np.sum(start[same_len] != goal[same_len], axis=1) == 1)
   with pytest.raises(ValueError, match="goal_edits"):
     envs.make("TextEdit-v0", goal_edits="many")
+
+
+def _textedit_starts_and_goals(n, **kwargs):
+  env, params = envs.make("TextEdit-v0", **kwargs)
+  states = jax.vmap(lambda k: env.reset(k, params)[1])(
+      jax.random.split(jax.random.PRNGKey(2), n))
+  return np.asarray(states.buffer), np.asarray(states.goal)
+
+
+def test_textedit_all_poses_every_other_buffer_uniformly():
+  # buffer_len 2, vocab 2: 1 + 2 + 4 = 7 buffers; from a start of 1 token, 6 goals.
+  start, goal = _textedit_starts_and_goals(
+      6000, buffer_len=2, vocab_size=2, start_len=1, num_edits=1, goal_edits="all")
+  for s in (0, 1):
+    goals = [tuple(g) for g in goal[start[:, 0] == s]]
+    counts = {g: goals.count(g) for g in set(goals)}
+    assert len(counts) == 6 and (s, -1) not in counts
+    # Uniform: each of 6 goals ~1/6 of ~3000 draws (binomial sd ~20).
+    assert max(counts.values()) - min(counts.values()) < 150, counts
+    # PAD only after the tokens; tokens in [0, V).
+    for g in counts:
+      assert list(g) in ([-1, -1], [0, -1], [1, -1], [0, 0], [0, 1], [1, 0], [1, 1])
+
+
+def test_textedit_upto_draws_one_to_num_edits_edits():
+  start, goal = _textedit_starts_and_goals(2000, buffer_len=6, vocab_size=4,
+                                           start_len=4, num_edits=3, goal_edits="upto")
+  growth = np.sum(goal >= 0, axis=1) - np.sum(start >= 0, axis=1)
+  assert set(growth.tolist()) == {-3, -2, -1, 0, 1, 2}
+  assert not np.any(np.all(start == goal, axis=1))
+  # Some goals one substitution away (count 1), which "any" with 3 edits rarely poses.
+  same_len = growth == 0
+  assert np.any(np.sum(start[same_len] != goal[same_len], axis=1) == 1)

@@ -14,8 +14,12 @@ must move, delete and write to reach it. With `goal_edits="any"` the goal is ins
 start after `num_edits` random edits, each a substitution, an insertion (when there is
 room) or a deletion at a uniform position (a goal equal to the start falls back to the
 substitution goal), so buffers that random editing ends on, which is where hindsight
-relabeling takes its goals, are goals the task itself poses. (Tokens come from 32-bit
-words modulo V: exact for V a power of two, else off uniform by < V / 2**32 relative.)
+relabeling takes its goals, are goals the task itself poses. `goal_edits="upto"` draws
+the number of such edits uniformly from 1..num_edits. `goal_edits="all"` poses every
+buffer (any length 0..L) other than the start as a goal, uniformly (`num_edits` unused;
+the analogue of GoalGrid's `targets="all"`), so every buffer an episode can end on is a
+task goal. (Tokens come from 32-bit words modulo V: exact for V a power of two, else off
+uniform by < V / 2**32 relative; the same holds for the edit count and the "all" goal.)
 Submitting terminates; otherwise the time limit `params.max_steps_in_episode` (default
 4 * L) truncates with reward 0.
 
@@ -39,6 +43,7 @@ from gymnax.environments import environment
 from credit_jax.envs import base, goal
 
 PAD = -1
+GOAL_EDITS = ("substitute", "any", "upto", "all")
 LEFT, RIGHT, DELETE, SUBMIT, WRITE = 0, 1, 2, 3, 4
 
 
@@ -65,8 +70,8 @@ class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
   def __init__(self, buffer_len: int = 8, vocab_size: int = 4, start_len: int = 6,
                num_edits: int = 2, goal_edits: str = "substitute"):
     super().__init__()
-    if goal_edits not in ("substitute", "any"):
-      raise ValueError(f"goal_edits must be 'substitute' or 'any', got {goal_edits!r}")
+    if goal_edits not in GOAL_EDITS:
+      raise ValueError(f"goal_edits must be one of {GOAL_EDITS}, got {goal_edits!r}")
     self.goal_edits = goal_edits
     self.buffer_len = base.check_int("buffer_len", buffer_len, minimum=1)
     self.vocab_size = base.check_int("vocab_size", vocab_size, minimum=2)
@@ -74,6 +79,14 @@ class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
                                     maximum=self.buffer_len)
     self.num_edits = base.check_int("num_edits", num_edits, minimum=0,
                                     maximum=self.start_len)
+    # "all": buffers are numbered by length, then as base-V numbers; slot l of
+    # `_offsets` is the number of buffers shorter than l (int32 must hold them all).
+    self._offsets = [sum(self.vocab_size ** j for j in range(l))
+                     for l in range(self.buffer_len + 2)]
+    if goal_edits == "all" and self._offsets[-1] >= 2 ** 31:
+      raise ValueError(f"goal_edits='all' needs fewer than 2**31 buffers; buffer_len="
+                       f"{self.buffer_len}, vocab_size={self.vocab_size} has "
+                       f"{self._offsets[-1]}")
     self.goal_shape = (self.buffer_len,)
     self.goal_obs_size = self.buffer_len * self.vocab_size
     self.obs_shape = (2 * self.goal_obs_size + self.buffer_len + 1,)
@@ -94,10 +107,12 @@ class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
                 ) -> Tuple[jax.Array, TextEditState]:
     # One call of the bit generator (gymnax runs reset_env on every step): L words
     # for the tokens, start_len to rank the positions, num_edits for the new tokens
-    # (and 3 per edit for goal_edits="any").
+    # (and 3 per edit for goal_edits="any", one more for "upto" and "all").
     n_len, n_start = self.buffer_len, self.start_len
-    n_any = 3 * self.num_edits if self.goal_edits == "any" else 0
-    words = jax.random.bits(key, (n_len + n_start + self.num_edits + n_any,), jnp.uint32)
+    n_any = 3 * self.num_edits if self.goal_edits in ("any", "upto") else 0
+    n_extra = 1 if self.goal_edits in ("upto", "all") else 0
+    words = jax.random.bits(key, (n_len + n_start + self.num_edits + n_any + n_extra,),
+                            jnp.uint32)
     slots = jnp.arange(n_len)
     tokens = (words[:n_len] % self.vocab_size).astype(jnp.int32)
     buffer = jnp.where(slots < n_start, tokens, PAD)
@@ -110,18 +125,45 @@ class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
                    % (self.vocab_size - 1)).astype(jnp.int32)
       target = buffer.at[where].set((buffer[where] + shift) % self.vocab_size)
     if n_any:
-      edited = self._random_edits(buffer, words[-n_any:].reshape(self.num_edits, 3))
+      # "upto": edits past the drawn count (1..num_edits) are skipped.
+      count = (1 + words[-1] % self.num_edits if n_extra else self.num_edits)
+      edit_words = words[-n_any - n_extra:len(words) - n_extra]
+      edited = self._random_edits(buffer, edit_words.reshape(self.num_edits, 3), count)
       target = jnp.where(jnp.all(edited == buffer), target, edited)
+    if self.goal_edits == "all":
+      target = self._other_buffer(buffer, words[-1])
     state = TextEditState(buffer=buffer, length=jnp.asarray(n_start, jnp.int32),
                           cursor=jnp.zeros((), jnp.int32), goal=target,
                           submitted=jnp.array(False), time=jnp.zeros((), jnp.int32))
     return self.get_obs(state), state
 
-  def _random_edits(self, buffer: jax.Array, words: jax.Array) -> jax.Array:
+  def _other_buffer(self, buffer: jax.Array, word: jax.Array) -> jax.Array:
+    """buffer: [L] int32 (PAD-padded); word: [] uint32 -> [L] int32, a buffer other
+    than `buffer`, uniform over all buffers of length 0..L (for V a power of two, the
+    count not a power of two: off uniform by < count / 2**32 relative)."""
+    v, n_len = self.vocab_size, self.buffer_len
+    offsets = jnp.asarray(self._offsets, jnp.int32)                    # [L + 2]
+    slots = jnp.arange(n_len)
+    length = jnp.sum(buffer != PAD)
+    # Buffer index: shorter buffers first, then the tokens as a base-V number.
+    place = jnp.where(slots < length, v ** jnp.maximum(length - 1 - slots, 0), 0)
+    own = offsets[length] + jnp.sum(jnp.where(slots < length, buffer, 0) * place)
+    # Uniform over the other buffers: skip over the start's own index.
+    index = (word % jnp.uint32(self._offsets[-1] - 1)).astype(jnp.int32)
+    index = index + (index >= own)
+    new_len = jnp.sum(index >= offsets[1:n_len + 1])
+    rank = index - offsets[new_len]
+    place = v ** jnp.maximum(new_len - 1 - slots, 0)
+    return jnp.where(slots < new_len, (rank // place) % v, PAD).astype(jnp.int32)
+
+  def _random_edits(self, buffer: jax.Array, words: jax.Array, count: Any = None
+                    ) -> jax.Array:
     """buffer: [L] int32 (PAD-padded); words: [num_edits, 3] uint32 (kind, position,
-    token) -> [L] int32, the buffer after those edits."""
+    token); count: [] int (None: all) -> [L] int32, the buffer after the first `count`
+    of those edits."""
     slots = jnp.arange(self.buffer_len)
-    for kind_word, pos_word, token_word in words:
+    for i, (kind_word, pos_word, token_word) in enumerate(words):
+      before = buffer
       length = jnp.sum(buffer != PAD)
       # 0 substitute, 1 insert, 2 delete; an impossible kind falls back to a possible one.
       kind = (kind_word % 3).astype(jnp.int32)
@@ -136,6 +178,8 @@ class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
       shifted = jnp.concatenate([buffer[1:], jnp.full((1,), PAD, buffer.dtype)])
       deleted = jnp.where(slots < pos, buffer, shifted)
       buffer = jnp.where(kind == 0, substituted, jnp.where(kind == 1, inserted, deleted))
+      if count is not None:
+        buffer = jnp.where(i < count, buffer, before)
     return buffer
 
   def step_env(self, key: jax.Array, state: TextEditState, action: Any,
