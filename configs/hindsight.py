@@ -87,7 +87,7 @@ GRPO_ENVS = {
     # policy: 5.5% success (first 3 updates). Measured (3 seeds, --parts=b): none
     # reaches 50% at 585k env steps (final 0.48), plain at 240k (ratio 0.41, final
     # 0.84), iw never in the seed mean (seeds at 674k, 143k, never; it stays near 0.33,
-    # final 0.29; 600 updates while tuning gave the same). 2 seeds, buffer of 4 (3
+    # final 0.29; 600 updates: the same steps, final 0.32). 2 seeds, buffer of 4 (3
     # tokens to start, 16 steps, 200 updates, random 1.7%): none never (final 0.16),
     # plain 0.30, iw 0.21.
     # Before: one random edit away (goal_edits="any", buffer of 4, 3 tokens, 16 steps;
