@@ -162,7 +162,6 @@ def minibatch_epochs(loss_fn: Callable, params, opt_state, data, key: Array, *,
         f"{num_minibatches}, got sizes {sorted(sizes)}")
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
   size = sizes.pop()
-  mb_size = size // num_minibatches
 
   def step(carry, mb):
     p, o = carry
@@ -170,20 +169,21 @@ def minibatch_epochs(loss_fn: Callable, params, opt_state, data, key: Array, *,
     p, o, gnorm = apply_gradients(p, o, grads, lr, max_grad_norm, adam_eps)
     return (p, o), {"loss": loss, "grad_norm": gnorm, **aux}
 
-  # Every epoch's permutation in one call and one gather per leaf before a single loop
-  # over all E * M steps: the same permutations and steps as shuffling epoch by epoch,
-  # but the sort and the gathers run once on the whole index array instead of once per
-  # epoch inside a nested loop (on CPU each is a fixed cost per call).
-  perms = jax.vmap(lambda k: jax.random.permutation(k, size))(
-      jax.random.split(key, num_epochs))                             # [E, size]
-  index = perms.reshape(num_epochs * num_minibatches, mb_size)       # [E * M, mb]
+  def split(x, perm):
+    x = jnp.take(x, perm, axis=axis)
+    x = x.reshape(x.shape[:axis] + (num_minibatches, size // num_minibatches)
+                  + x.shape[axis + 1:])
+    return jnp.moveaxis(x, axis, 0)   # [M, ...]: scan over minibatches
 
-  def gather(x):
-    x = jnp.take(jnp.moveaxis(x, axis, 0), index, axis=0)          # [E * M, mb, ...]
-    return jnp.moveaxis(x, 1, axis + 1)   # the minibatch axis back where `axis` was
+  # Shuffling once per epoch inside the loop, not all epochs at once before it: hoisting
+  # the sort and gathers out gave the same numbers but 1.2-1.8x the CPU time at one seed
+  # on CPU (in-process A/B), and no measurable gain at 16 seeds.
+  def epoch(carry, k):
+    perm = jax.random.permutation(k, size)
+    return jax.lax.scan(step, carry, jax.tree.map(lambda x: split(x, perm), data))
 
-  (params, opt_state), m = jax.lax.scan(step, (params, opt_state),
-                                        jax.tree.map(gather, data))
+  (params, opt_state), m = jax.lax.scan(epoch, (params, opt_state),
+                                        jax.random.split(key, num_epochs))
   return params, opt_state, jax.tree.map(jnp.mean, m)
 
 
