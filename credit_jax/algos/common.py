@@ -216,6 +216,21 @@ def init_params(network, key: Array, obs_shape):
   return network.init(key, jnp.zeros(obs_shape, jnp.float32))
 
 
+def init_train_state(network, key: Array, obs_shape, hp, adam_eps: float,
+                     aux_fn: Optional[Callable] = None) -> TrainState:
+  """A recipe's first `TrainState`: fresh parameters and optimiser state, update 0.
+
+  `key` is split into the parameters' key and the run's key; `aux_fn(params) -> dict`
+  builds the recipe's extra state (a frozen reference policy, a replay buffer...).
+  """
+  k_params, k_run = jax.random.split(key)
+  params = init_params(network, k_params, obs_shape)
+  opt_state = make_optimizer(hp["max_grad_norm"], adam_eps).init(params)
+  return TrainState(params=params, opt_state=opt_state, key=k_run,
+                    update=jnp.zeros((), jnp.int32),
+                    aux={} if aux_fn is None else aux_fn(params))
+
+
 # --- statistics -------------------------------------------------------------------------
 
 def masked_mean(x: Array, mask: Array) -> Array:

@@ -121,13 +121,10 @@ def make_train(config) -> common.Train:
              "discount": jnp.zeros(()), "weight": jnp.zeros(())}
 
   def init_fn(key, hp):
-    k_params, k_run = jax.random.split(key)
-    params = common.init_params(network, k_params, obs_shape)
-    opt_state = common.make_optimizer(hp["max_grad_norm"], adam_eps).init(params)
-    aux = {"target": params, "buffer": replay.init(example, capacity),
-           "success_ema": jnp.zeros(())}
-    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
-                             update=jnp.zeros((), jnp.int32), aux=aux)
+    return common.init_train_state(
+        network, key, obs_shape, hp, adam_eps,
+        lambda params: {"target": params, "buffer": replay.init(example, capacity),
+                        "success_ema": jnp.zeros(())})
 
   def loss_fn(params, target, batch, hp):
     q_all, _ = network.apply(params, batch["obs"])                     # [N, A]

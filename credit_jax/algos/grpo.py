@@ -79,14 +79,11 @@ def make_train(config) -> common.Train:
   kind, agg = str(config.advantage), str(config.loss_aggregation)
 
   def init_fn(key, hp):
-    k_params, k_run = jax.random.split(key)
-    params = common.init_params(network, k_params, obs_shape)
-    opt_state = common.make_optimizer(hp["max_grad_norm"], adam_eps).init(params)
     # The reference policy is the initial one, frozen; it rides in the state so a
     # resumed run penalises the same reference.
-    aux = {"ref_params": params} if use_kl else {}
-    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
-                             update=jnp.zeros((), jnp.int32), aux=aux)
+    return common.init_train_state(
+        network, key, obs_shape, hp, adam_eps,
+        lambda params: {"ref_params": params} if use_kl else {})
 
   def loss_fn(params, mb, ref_params, hp):
     logits, _ = network.apply(params, mb["obs"])                       # [T, n, K, A]

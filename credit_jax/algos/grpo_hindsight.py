@@ -91,12 +91,8 @@ def make_train(config) -> common.Train:
   ema_decay = float(config.success_ema)
 
   def init_fn(key, hp):
-    k_params, k_run = jax.random.split(key)
-    params = common.init_params(network, k_params, obs_shape)
-    opt_state = common.make_optimizer(hp["max_grad_norm"], adam_eps).init(params)
-    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
-                             update=jnp.zeros((), jnp.int32),
-                             aux={"success_ema": jnp.zeros(())})
+    return common.init_train_state(network, key, obs_shape, hp, adam_eps,
+                                   lambda params: {"success_ema": jnp.zeros(())})
 
   def log_probs_of(params, obs, actions):
     logits, _ = network.apply(params, obs)

@@ -77,11 +77,7 @@ def make_train(config) -> common.Train:
   normalize = bool(config.normalize_advantages)
 
   def init_fn(key, hp):
-    k_params, k_run = jax.random.split(key)
-    params = common.init_params(network, k_params, obs_shape)
-    opt_state = common.make_optimizer(hp["max_grad_norm"], adam_eps).init(params)
-    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
-                             update=jnp.zeros((), jnp.int32), aux={})
+    return common.init_train_state(network, key, obs_shape, hp, adam_eps)
 
   def credit_and_baseline(traj, params, hp):
     """([T, B] credit G_t, [T, B] baseline b_t); both constants for the policy loss."""
