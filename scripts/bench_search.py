@@ -12,8 +12,23 @@ pivots and cues); the policy and value are random linear maps of its observation
 
   JAX_PLATFORMS=cpu python3 scripts/bench_search.py            # batch 128 on CPU
   python3 scripts/bench_search.py --batch=1024                 # GPU
+
+On CPU the process restricts itself to `--cpu_cores` cores (default 1) before jax starts,
+for both systems alike: XLA's CPU runtime spreads a program's independent operations over
+a thread pool as large as the cores it may use, and for programs of many tiny operations
+like these searches that costs time (see scripts/cpu_affinity.py); it also keeps the
+figures steadier on a shared machine. `--cpu_cores=0` uses every core.
 """
-import statistics
+import os
+import re
+import sys
+
+import cpu_affinity  # before jax starts: the pool is sized when jax creates its client
+
+_CORES_ARG = re.search(r"--cpu_cores[= ](\d+)", " ".join(sys.argv))
+PINNED = (None if cpu_affinity.accelerator_present() else
+          cpu_affinity.restrict_to_cores(int(_CORES_ARG.group(1)) if _CORES_ARG else 1))
+import statistics  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import time
 
 from absl import app
@@ -29,6 +44,8 @@ _BATCH = flags.DEFINE_integer("batch", None, "roots per call (default 128 on CPU
 _SIMS = flags.DEFINE_list("sims", ["16", "64", "256"], "numbers of simulations")
 _REPEATS = flags.DEFINE_integer("repeats", 7, "timed calls per configuration")
 _HORIZON = flags.DEFINE_integer("horizon", 32, "KeyChain episode length (and max_depth)")
+flags.DEFINE_integer("cpu_cores", 1, "CPU only: cores the process may use (0: all); "
+                     "applied before jax starts, see the module docstring")
 
 
 def logits_fn(params, obs):
@@ -84,9 +101,11 @@ def main(argv):
       ms[key].append(_time_once(fn, args))
   med = {key: statistics.median(v) for key, v in ms.items()}
 
+  cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
   print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}, "
         f"batch {batch}, KeyChain-v0 T={horizon} k=4 A=4, {_REPEATS.value} interleaved "
-        f"rounds, median (min) ms per call, compile excluded\n")
+        f"rounds, median (min) ms per call, compile excluded; process cores {cores} "
+        f"({'restricted' if PINNED else 'as started'})\n")
   print("| system | " + " | ".join(f"{n} sims: ms (sims/s)" for n in sims) + " |")
   print("|---|" + "---|" * len(sims))
   for name in systems:
