@@ -181,6 +181,34 @@ def test_continuing_episode_stats_match_a_loop():
   assert mean == 9.0
 
 
+@pytest.mark.parametrize("size", [1, 7, 512, 1025])
+def test_shuffle_indices_is_a_permutation(size):
+  perms = jax.jit(jax.vmap(lambda k: common.shuffle_indices(k, size)))(
+      jax.random.split(jax.random.PRNGKey(0), 8))
+  assert perms.dtype == jnp.int32 and perms.shape == (8, size)
+  np.testing.assert_array_equal(np.sort(np.asarray(perms), axis=1),
+                                np.tile(np.arange(size), (8, 1)))
+  if size > 1:
+    assert len({tuple(p) for p in np.asarray(perms)}) == 8   # different keys, orders
+
+
+def test_shuffle_indices_is_uniform_enough_for_minibatches():
+  n, draws = 16, 4000
+  perms = np.asarray(jax.jit(jax.vmap(lambda k: common.shuffle_indices(k, n)))(
+      jax.random.split(jax.random.PRNGKey(1), draws)))
+  # Every item lands in every position ~draws / n times (binomial sd ~15 of 250)...
+  counts = np.zeros((n, n))
+  np.add.at(counts, (perms, np.arange(n)[None].repeat(draws, 0)), 1)
+  assert np.abs(counts - draws / n).max() < 6 * np.sqrt(draws / n)
+  # ...and neighbours in the data are not kept together: items 0 and 1 share one of
+  # four minibatches with probability (n / 4 - 1) / (n - 1) = 0.2.
+  pos = np.argsort(perms, axis=1)
+  same = np.mean(pos[:, 0] // (n // 4) == pos[:, 1] // (n // 4))
+  assert abs(same - 0.2) < 0.03
+  # Item 0 comes before item 1 half the time, whichever order they started in.
+  assert abs(np.mean(pos[:, 0] < pos[:, 1]) - 0.5) < 0.04
+
+
 def test_leave_one_out_mean_matches_a_loop():
   x = jnp.array([[1.0, 2.0, 4.0, 8.0]])
   mask = jnp.array([[True, True, False, True]])
