@@ -130,15 +130,17 @@ def categorical_kl(logits_p: Array, logits_q: Array) -> Array:
   return jnp.sum(jnp.exp(logp) * (logp - logq), axis=-1)
 
 
-def make_policy_fn(network: nn.Module):
+def make_policy_fn(network: nn.Module, value: bool = True):
   """Wraps an actor-critic module as a rollout `PolicyFn`.
 
-  Returns `policy_fn(params, obs, key) -> (action [], log_prob [], {"value": []})` for a
-  single observation (the rollout engine vmaps it); the value rides along in
-  `Trajectory.extras` so bootstrapped estimators need no second forward pass over `obs`.
+  Returns `policy_fn(params, obs, key) -> (action [], log_prob [], extras)` for a single
+  observation (the rollout engine vmaps it). With `value`, extras are `{"value": []}`: the
+  value rides along in `Trajectory.extras` so bootstrapped estimators need no second
+  forward pass over `obs`. Without it extras are `{}` and, the value being unused, XLA
+  drops the value network from the compiled rollout.
   """
   def policy_fn(params, obs, key):
-    logits, value = network.apply(params, obs)
+    logits, v = network.apply(params, obs)
     action = categorical_sample(key, logits)
-    return action, categorical_log_prob(logits, action), {"value": value}
+    return action, categorical_log_prob(logits, action), ({"value": v} if value else {})
   return policy_fn

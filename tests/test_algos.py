@@ -236,9 +236,9 @@ def test_ppo_advantages_bootstrap_truncation_from_final_obs():
                     truncated=jnp.array([[True], [False], [False]]),
                     log_probs=jnp.zeros((3, 1)), final_obs=final_obs,
                     valid=jnp.ones((3, 1), bool), extras={}, info={})
-  values = obs[..., 0]
-  adv = ppo.advantages_with_boundaries(lambda o: o[..., 0], traj, values,
-                                       jnp.array([[7.0]]), 0.5, 0.9)
+  adv, values = ppo.advantages_with_boundaries(lambda o: o[..., 0], traj,
+                                               jnp.array([[7.0]]), 0.5, 0.9)
+  np.testing.assert_allclose(values, obs[..., 0])
   expected_t2 = 1.0 + 0.5 * 7.0 - 3.0
   expected_t1 = 1.0 - 2.0
   expected_t0 = 1.0 + 0.5 * 10.0 - 1.0
