@@ -28,6 +28,12 @@ simulations). Call the search with seeds or tasks folded into `B`: an outer `jax
 is correct but loses this. The tree's depth still grows (about logarithmically) with the
 number of simulations, and so does the cost of a simulation.
 
+On CPU, run search-heavy programs on one core (`taskset -c 0 python3 ...`, or
+scripts/cpu_affinity.py before jax starts): XLA's CPU runtime spreads the independent
+operations of a simulation over a thread pool as large as the cores the process may use,
+and operations this small then cost more, their data moving between the cores' caches
+(1.5-1.8x slower on both cores of the 2-core development machine; see BENCHMARKS.md).
+
 Environment stepping: we call `env.step_env` plus `env.is_truncated`, exactly what
 gymnax's `env.step` does minus the auto-reset, so a node keeps the terminal state and its
 pre-reset observation. The step at depth `d` uses the key `fold_in(env_key, d)`: tree
