@@ -66,6 +66,40 @@ def test_trajectory_replays_in_the_environment():
       assert bool(info["correct"]) == bool(traj.info["correct"][t, b])
 
 
+def _plain_scan(env, params, policy, key, state, obs, num_steps):
+  """The reference: `env.step` itself in a scan, with the keys `collect` hands out."""
+  batch = obs.shape[0]
+  act = jax.vmap(policy, in_axes=(None, 0, 0))
+  step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+  def body(carry, keys):
+    s, o = carry
+    a, _, _ = act(None, o, keys[0])
+    next_o, s, r, term, trunc, info = step(keys[1], s, a, params)
+    return (s, next_o), (o, a, r, term, trunc, info["final_observation"])
+  return jax.lax.scan(body, (state, obs), jax.random.split(key, (num_steps, 2, batch)))
+
+
+@pytest.mark.parametrize("env_and_params", [CARTPOLE, KEYCHAIN, GRID],
+                         ids=["gymnax", "credit_deterministic", "credit_stochastic"])
+def test_collect_draws_resets_like_env_step(env_and_params):
+  # collect runs gymnax's auto-reset itself with every reset drawn before its loop;
+  # it must match env.step's own auto-reset, key for key.
+  env, params = env_and_params
+  assert rollout._auto_reset_keys(env) is not None
+  policy = uniform(env.num_actions)
+  obs, state = reset(env, params, jax.random.key(0), 3)
+  traj, carry = collect(env, params, policy, None, jax.random.key(5), state, obs, 24)
+  carry_ref, ref = jax.jit(_plain_scan, static_argnums=(0, 2, 6))(
+      env, params, policy, jax.random.key(5), state, obs, 24)
+  assert int(np.sum(np.asarray(traj.dones))) >= 3   # the resets were exercised
+  mine = (traj.obs, traj.actions, traj.rewards, traj.terminated, traj.truncated,
+          traj.final_obs)
+  for a, b in zip(jax.tree.leaves((mine, carry)), jax.tree.leaves((ref, carry_ref))):
+    np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                               atol=1e-6)
+
+
 @functools.lru_cache
 def grid_episodes_over_seeds():
   """collect_episodes vmapped over 4 seeds (16 GoalGrid envs, horizon 12), one compile."""
