@@ -38,11 +38,34 @@ def activation_fn(name: str) -> Callable[[Array], Array]:
   return _ACTIVATIONS[name]
 
 
-def _dense(features: int, scale: float) -> nn.Dense:
+def _dense(features: int, scale: float, name=None, cls=nn.Dense) -> nn.Dense:
   # Orthogonal init with per-layer gains (sqrt(2) hidden, 0.01 policy, 1 value) keeps the
   # initial policy near uniform and the value near zero: the standard PPO recipe.
-  return nn.Dense(features, kernel_init=nn.initializers.orthogonal(scale),
-                  bias_init=nn.initializers.zeros)
+  return cls(features, kernel_init=nn.initializers.orthogonal(scale),
+             bias_init=nn.initializers.zeros, name=name)
+
+
+class ColumnDense(nn.Dense):
+  """`nn.Dense` (same parameters, names and init) computed one output column at a time.
+
+  For a head with a few outputs (logits over 2-8 actions), XLA CPU lowers the kernel's
+  gradient, `[N, H]^T [N, A]` with a tiny `A`, to a batched dot that runs at a few
+  GFLOP/s; as one matrix-vector product per output column it is ~4x cheaper (16 vmapped
+  seeds, 128 x 64 -> 2, forward and gradient: 182 -> 48 us), a few percent of a PPO
+  minibatch step.
+  """
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    kernel = self.param("kernel", self.kernel_init, (jnp.shape(x)[-1], self.features),
+                        self.param_dtype)
+    bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype)
+    columns = [x @ kernel[:, a] for a in range(self.features)]
+    return jnp.stack(columns, axis=-1) + bias
+
+
+# Policy heads with at most this many actions use `ColumnDense`.
+_COLUMN_HEAD_MAX = 8
 
 
 class MLP(nn.Module):
@@ -84,12 +107,15 @@ class ActorCritic(nn.Module):
           f"observation, got shape {obs.shape}")
     x = obs.reshape(obs.shape[:keep] + (-1,)).astype(jnp.float32)
     pi_h = MLP(self.hidden_sizes, self.activation, name="pi_torso")(x)
-    logits = _dense(self.num_actions, 0.01)(pi_h)
+    # Heads named as nn.Dense would auto-name them, so parameter trees (and checkpoints)
+    # do not depend on which class computes the logits.
+    head = ColumnDense if self.num_actions <= _COLUMN_HEAD_MAX else nn.Dense
+    logits = _dense(self.num_actions, 0.01, "Dense_0", head)(pi_h)
     if not self.value_head:
       return logits, jnp.zeros(logits.shape[:-1], jnp.float32)
     v_h = pi_h if self.shared_torso else MLP(
         self.hidden_sizes, self.activation, name="v_torso")(x)
-    value = _dense(1, 1.0)(v_h)[..., 0]
+    value = _dense(1, 1.0, "Dense_1")(v_h)[..., 0]
     return logits, value
 
 

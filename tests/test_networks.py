@@ -1,4 +1,5 @@
 """Tests for credit_jax.networks: shapes, heads, and the hand-written categorical."""
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,6 +30,30 @@ def test_policy_only_network_has_no_value_parameters():
   assert set(params["params"]) == {"pi_torso", "Dense_0"}
   _, value = net.apply(params, jnp.ones((6, 3)))
   np.testing.assert_array_equal(value, np.zeros(6))
+
+
+def test_column_dense_is_dense_computed_by_columns():
+  x = jax.random.normal(jax.random.PRNGKey(1), (5, 7, 6))
+  dense, column = nn.Dense(3), networks.ColumnDense(3)
+  params = dense.init(jax.random.PRNGKey(0), x)
+  assert jax.tree.structure(column.init(jax.random.PRNGKey(0), x)) == \
+      jax.tree.structure(params)
+  np.testing.assert_allclose(column.apply(params, x), dense.apply(params, x), atol=1e-5)
+
+  def grads(module):
+    return jax.grad(lambda p: jnp.sum(jnp.sin(module.apply(p, x))))(params)
+  for g_col, g_dense in zip(jax.tree.leaves(grads(column)), jax.tree.leaves(grads(dense))):
+    np.testing.assert_allclose(g_col, g_dense, rtol=1e-5, atol=1e-5)
+
+
+def test_small_and_large_action_heads_share_parameter_names():
+  # ColumnDense serves heads of <= 8 actions, nn.Dense larger ones; checkpoints see the
+  # same tree either way.
+  for num_actions in (2, 9):
+    params = networks.ActorCritic(num_actions=num_actions).init(
+        jax.random.PRNGKey(0), jnp.zeros(4))["params"]
+    assert set(params) == {"pi_torso", "v_torso", "Dense_0", "Dense_1"}
+    assert params["Dense_0"]["kernel"].shape == (64, num_actions)
 
 
 def test_initial_policy_is_near_uniform():
