@@ -42,7 +42,8 @@ def test_column_dense_is_dense_computed_by_columns():
 
   def grads(module):
     return jax.grad(lambda p: jnp.sum(jnp.sin(module.apply(p, x))))(params)
-  for g_col, g_dense in zip(jax.tree.leaves(grads(column)), jax.tree.leaves(grads(dense))):
+  for g_col, g_dense in zip(jax.tree.leaves(grads(column)),
+                            jax.tree.leaves(grads(dense))):
     np.testing.assert_allclose(g_col, g_dense, rtol=1e-5, atol=1e-5)
 
 
