@@ -24,7 +24,13 @@ import os
 import re
 import sys
 
+import cpu_affinity  # before jax starts: the thread pool is sized when jax starts
 import xla_cpu_flags  # before jax starts: see that module for why
+
+# On CPU both systems run on `--cpu_cores` cores (default 1; the rejax subprocess inherits
+# the restriction): XLA's thread pool made both slower on the 2-core machine than one
+# core did (see scripts/cpu_affinity.py and BENCHMARKS.md). `--cpu_cores=0`: all cores.
+PINNED = cpu_affinity.restrict_from_argv(sys.argv, default=1)
 
 # With more than one seed requested, XLA CPU's concurrency-optimised scheduler is turned
 # off (a jaxlib 0.10 hang) for both systems: the rejax subprocess inherits XLA_FLAGS. It
@@ -50,6 +56,8 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per cell (after a warm
 _REJAX = flags.DEFINE_string("rejax_python", None,
                              "Python of a venv with rejax==0.1.3 and gymnax<1.0.")
 _OUT = flags.DEFINE_string("out", None, "Optional JSON file for the results.")
+flags.DEFINE_integer("cpu_cores", 1, "CPU only: cores both systems may use (0: all); "
+                     "applied before jax starts")
 
 EVAL_EPISODES = 128
 
@@ -166,8 +174,10 @@ def main(argv):
   on_gpu = device.platform == "gpu"
   seed_counts = [int(s) for s in (_SEEDS.value or (["1", "1024"] if on_gpu else
                                                    ["1", "16"]))]
+  cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
   print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}, "
-        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, process cores {cores} "
+        f"({'restricted' if PINNED else 'as started'})")
   ours, steps = bench_ours(seed_counts, _STEPS.value, _REPEATS.value)
   theirs, error = [], None
   if _REJAX.value:

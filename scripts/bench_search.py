@@ -20,14 +20,11 @@ like these searches that costs time (see scripts/cpu_affinity.py); it also keeps
 figures steadier on a shared machine. `--cpu_cores=0` uses every core.
 """
 import os
-import re
 import sys
 
 import cpu_affinity  # before jax starts: the pool is sized when jax creates its client
 
-_CORES_ARG = re.search(r"--cpu_cores[= ](\d+)", " ".join(sys.argv))
-PINNED = (None if cpu_affinity.accelerator_present() else
-          cpu_affinity.restrict_to_cores(int(_CORES_ARG.group(1)) if _CORES_ARG else 1))
+PINNED = cpu_affinity.restrict_from_argv(sys.argv, default=1)
 import statistics  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import time
 

@@ -13,14 +13,15 @@ simulations on one core and 6.6 / 26.6 ms (12.5 / 51.6 ms of CPU time) on both.
   cpu_affinity.restrict_to_cores(1)
 
 Linux only (`os.sched_setaffinity`); elsewhere it warns and leaves the process alone.
-Used by scripts/bench_search.py.
+Used by scripts/bench_search.py and scripts/bench_ppo.py.
 """
 from __future__ import annotations
 
 import glob
 import os
+import re
 import sys
-from typing import Callable, Optional, Set
+from typing import Callable, Optional, Sequence, Set
 
 # Device files of the accelerators jax can use (NVIDIA, AMD, TPU). With one present the
 # host side only feeds the device, and pinning it would only slow that down.
@@ -66,3 +67,13 @@ def restrict_to_cores(num_cores: int,
   keep = set(allowed[:num_cores])
   set_affinity(0, keep)
   return keep
+
+
+def restrict_from_argv(argv: Sequence[str], default: int) -> Optional[Set[int]]:
+  """Applies a script's `--cpu_cores=N` (or `--cpu_cores N`; `default` when absent) before
+  absl parses flags, unless an accelerator is present. Returns what `restrict_to_cores`
+  returns. The script must still define the `cpu_cores` flag for absl."""
+  match = re.search(r"--cpu_cores[= ](\d+)", " ".join(argv))
+  if accelerator_present():
+    return None
+  return restrict_to_cores(int(match.group(1)) if match else default)

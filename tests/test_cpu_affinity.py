@@ -67,3 +67,17 @@ def test_restricts_a_real_process_without_importing_jax():
                        check=False)
   assert out.returncode == 0, out.stderr
   assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("argv,default,kept", [
+    (["bench.py", "--cpu_cores=2"], 1, {0, 1}), (["bench.py", "--cpu_cores", "0"], 1, None),
+    (["bench.py", "--seeds=16"], 3, {0, 1, 2})])
+def test_argv_flag_or_default_decides(monkeypatch, argv, default, kept):
+  fake = FakeAffinity({0, 1, 2, 3})
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  monkeypatch.setattr(cpu_affinity.os, "sched_getaffinity", fake.get, raising=False)
+  monkeypatch.setattr(cpu_affinity.os, "sched_setaffinity", fake.set, raising=False)
+  assert cpu_affinity.restrict_from_argv(argv, default) == kept
+  assert fake.cores == (kept or {0, 1, 2, 3})
+  monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+  assert cpu_affinity.restrict_from_argv(["bench.py", "--cpu_cores=1"], 1) is None
