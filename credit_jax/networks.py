@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from credit_jax.types import PresampledPolicy
+
 Array = jax.Array
 
 _ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
@@ -126,6 +128,20 @@ def categorical_sample(key: jax.Array, logits: Array) -> Array:
   return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
 
+def categorical_noise(key: jax.Array, num_actions: int) -> Array:
+  """The Gumbel noise `[num_actions]` float32 that `categorical_sample` adds to one logits
+  row under `key` (`jax.random.categorical` is the argmax of logits plus this noise)."""
+  return jax.random.gumbel(key, (num_actions,), jnp.float32)
+
+
+def categorical_sample_with_noise(logits: Array, noise: Array) -> Array:
+  """Actions `[...]` int32: the argmax of `logits + noise`, both `[..., A]` (Gumbel-max)."""
+  if jnp.shape(logits) != jnp.shape(noise):
+    raise ValueError(f"logits [..., A] and noise [..., A] must share a shape, got "
+                     f"{jnp.shape(logits)} and {jnp.shape(noise)}")
+  return jnp.argmax(logits + noise, axis=-1).astype(jnp.int32)
+
+
 def categorical_log_prob(logits: Array, actions: Array) -> Array:
   """log pi(a): `logits: [..., A]`, `actions: [...]` int -> `[...]` float32."""
   if logits.shape[:-1] != actions.shape:
@@ -156,17 +172,26 @@ def categorical_kl(logits_p: Array, logits_q: Array) -> Array:
   return jnp.sum(jnp.exp(logp) * (logp - logq), axis=-1)
 
 
-def make_policy_fn(network: nn.Module, value: bool = True):
-  """Wraps an actor-critic module as a rollout `PolicyFn`.
+def make_policy_fn(network: nn.Module, value: bool = True) -> PresampledPolicy:
+  """Wraps an actor-critic module as a rollout `PolicyFn` that samples its actions.
 
   Returns `policy_fn(params, obs, key) -> (action [], log_prob [], extras)` for a single
   observation (the rollout engine vmaps it). With `value`, extras are `{"value": []}`: the
   value rides along in `Trajectory.extras` so bootstrapped estimators need no second
   forward pass over `obs`. Without it extras are `{}` and, the value being unused, XLA
   drops the value network from the compiled rollout.
+
+  It is a `PresampledPolicy`: its Gumbel noise ([num_actions] per step, from the step's
+  key) is what `categorical_sample` would draw, so the actions are the same whether the
+  rollout engine draws the noise before its loop or the policy is called with keys.
   """
-  def policy_fn(params, obs, key):
+  num_actions = int(network.num_actions)
+
+  def draw(key):
+    return categorical_noise(key, num_actions)
+
+  def act(params, obs, noise):
     logits, v = network.apply(params, obs)
-    action = categorical_sample(key, logits)
+    action = categorical_sample_with_noise(logits, noise)
     return action, categorical_log_prob(logits, action), ({"value": v} if value else {})
-  return policy_fn
+  return PresampledPolicy(draw=draw, act=act)

@@ -15,11 +15,13 @@ Three ways to collect, all pure and jittable (wrap them in `jax.jit` with `env`,
     get independent action and environment keys.
 
 The policy is written for one observation, `policy_fn(params, obs, key) -> (action,
-log_prob, extras)`, and vmapped here. Per step the engine does what a bare
-`lax.scan` of `env.step` must do anyway (one vmapped policy call, one vmapped step; the
-keys of all steps are split before the loop), so its overhead over a hand-written
-gymnax scan stays small; see BENCHMARKS.md ("Environment stepping") for the measured
-ratio. When `env.step` is gymnax's own auto-reset step (or `CreditEnv`'s), the engine
+log_prob, extras)`, and vmapped here. A `PresampledPolicy` (what
+`networks.make_policy_fn` returns) has its per-step noise drawn before the loop from the
+same keys, so the actions are those of calling it with each step's key. Per step the
+engine does what a bare `lax.scan` of `env.step` must do anyway (one vmapped policy
+call, one vmapped step; the keys of all steps are split before the loop), so its
+overhead over a hand-written gymnax scan stays small; see BENCHMARKS.md ("Environment
+stepping") for the measured ratio. When `env.step` is gymnax's own auto-reset step (or `CreditEnv`'s), the engine
 runs its parts itself and draws every step's auto-reset before the loop, from the keys
 `env.step` would have used.
 
@@ -39,7 +41,7 @@ import jax.numpy as jnp
 from gymnax.environments import environment
 
 from credit_jax.envs.base import CreditEnv, check_int
-from credit_jax.types import PolicyFn, Trajectory
+from credit_jax.types import PolicyFn, PresampledPolicy, Trajectory
 
 _GYMNAX_INFO_FIELDS = ("final_observation", "terminated", "truncated")
 
@@ -171,11 +173,19 @@ def _auto_reset_keys(env):
 def _scan(env, env_params, policy_fn, policy_params, key, env_state, obs, num_steps,
           batch):
   """The engine's one loop: vmapped policy, vmapped env.step, scanned over time."""
-  act = jax.vmap(policy_fn, in_axes=(None, 0, 0))
   step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
   # Every step's policy and env keys [T, 2, B] in one split before the loop: on CPU a
   # split inside the loop is a small loop of its own, run once per step.
   keys = jax.random.split(key, (num_steps, 2, batch))
+  if isinstance(policy_fn, PresampledPolicy):
+    # The policy's noise for all steps from the same keys, drawn before the loop for the
+    # same reason (PPO CartPole, 16 vmapped seeds, one core: 128-step rollout CPU
+    # time 4.13 -> 3.82 ms, median of 20 interleaved runs).
+    policy_xs = jax.vmap(jax.vmap(policy_fn.draw))(keys[:, 0])     # [T, B, ...]
+    act = jax.vmap(policy_fn.act, in_axes=(None, 0, 0))
+  else:
+    policy_xs = keys[:, 0]
+    act = jax.vmap(policy_fn, in_axes=(None, 0, 0))
   divide = _auto_reset_keys(env)
   if divide is None:
     env_xs = keys[:, 1]
@@ -208,8 +218,8 @@ def _scan(env, env_params, policy_fn, policy_params, key, env_state, obs, num_st
 
   def body(carry, xs):
     env_state, obs = carry
-    policy_keys, env_xs = xs
-    action, log_prob, extras = act(policy_params, obs, policy_keys)
+    policy_x, env_xs = xs
+    action, log_prob, extras = act(policy_params, obs, policy_x)
     _check_policy_output(action, log_prob, batch)
     next_obs, env_state, reward, terminated, truncated, info = step(
         env_xs, env_state, action, env_params)
@@ -219,7 +229,7 @@ def _scan(env, env_params, policy_fn, policy_params, key, env_state, obs, num_st
            log_prob.astype(jnp.float32), final_obs, extras, info)
     return (env_state, next_obs), out
 
-  (env_state, obs), out = jax.lax.scan(body, (env_state, obs), (keys[:, 0], env_xs))
+  (env_state, obs), out = jax.lax.scan(body, (env_state, obs), (policy_xs, env_xs))
   obs_t, action, reward, terminated, truncated, log_prob, final_obs, extras, info = out
   traj = Trajectory(obs=obs_t, actions=action, rewards=reward, terminated=terminated,
                     truncated=truncated, log_probs=log_prob, final_obs=final_obs,

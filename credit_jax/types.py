@@ -6,6 +6,7 @@ Layout conversion (time-major <-> batch-major) happens only in `to_batch_major`.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, NamedTuple, Tuple
 
 import jax
@@ -22,6 +23,25 @@ Params = Any
 #   log_prob: [] float32, log pi(action | obs).
 #   extras:   any pytree (e.g. {"value": []}), stored per step in `Trajectory.extras`.
 PolicyFn = Callable[[Params, Any, PRNGKey], Tuple[Array, Array, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class PresampledPolicy:
+  """A `PolicyFn` whose randomness can be drawn before the rollout loop.
+
+  `draw(key) -> noise` makes one step's noise for one observation from that step's key;
+  `act(params, obs, noise) -> (action, log_prob, extras)` is the policy given it. Calling
+  the object, `policy(params, obs, key)`, is `act(params, obs, draw(key))`, so it is an
+  ordinary `PolicyFn` everywhere. The rollout engine draws the noise of every step and
+  env from the same keys in one call before its loop and calls `act` inside it: the same
+  actions, but no random-bit generator runs per step (on CPU, jax's threefry is a small
+  loop of its own each time it is called).
+  """
+  draw: Callable[[PRNGKey], Any]
+  act: Callable[[Params, Any, Any], Tuple[Array, Array, Any]]
+
+  def __call__(self, params: Params, obs: Any, key: PRNGKey) -> Tuple[Array, Array, Any]:
+    return self.act(params, obs, self.draw(key))
 
 
 class Trajectory(NamedTuple):

@@ -131,3 +131,32 @@ def test_policy_fn_returns_action_log_prob_and_value():
   assert action.shape == () and log_prob.shape == ()
   np.testing.assert_allclose(log_prob, jax.nn.log_softmax(logits)[action], rtol=1e-6)
   np.testing.assert_allclose(extras["value"], value)
+
+
+def test_presampled_noise_gives_categorical_samples():
+  # The policy's pre-drawable noise is jax.random.categorical's own Gumbel draw, so the
+  # rollout engine's pre-drawn actions equal categorical_sample's under the same keys.
+  logits = jax.random.normal(jax.random.PRNGKey(1), (64, 5))
+  keys = jax.random.split(jax.random.PRNGKey(2), 64)
+  noise = jax.vmap(lambda k: networks.categorical_noise(k, 5))(keys)
+  assert noise.shape == (64, 5) and noise.dtype == jnp.float32
+  mine = networks.categorical_sample_with_noise(logits, noise)
+  ref = jax.vmap(networks.categorical_sample)(keys, logits)
+  np.testing.assert_array_equal(mine, ref)
+  assert mine.dtype == jnp.int32 and len(set(np.asarray(mine).tolist())) > 1
+  with pytest.raises(ValueError, match="noise"):
+    networks.categorical_sample_with_noise(logits, noise[:, :4])
+
+
+def test_policy_fn_is_presampled_and_calls_alike():
+  net = networks.ActorCritic(num_actions=3, hidden_sizes=(8,))
+  params = _init(net, jnp.zeros((4,)))
+  policy_fn = networks.make_policy_fn(net, value=False)
+  assert isinstance(policy_fn, networks.PresampledPolicy)
+  obs, key = jnp.arange(4.0), jax.random.PRNGKey(7)
+  action, log_prob, extras = policy_fn(params, obs, key)
+  action2, log_prob2, _ = policy_fn.act(params, obs, policy_fn.draw(key))
+  assert extras == {} and int(action) == int(action2)
+  np.testing.assert_allclose(log_prob, log_prob2)
+  logits, _ = net.apply(params, obs)
+  assert int(action) == int(networks.categorical_sample(key, logits))

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import envs, rollout
+from credit_jax import envs, networks, rollout
 
 # Compiles are shared across tests: jit keys on the env and policy objects.
 collect = jax.jit(rollout.collect, static_argnums=(0, 2, 7))
@@ -66,17 +66,18 @@ def test_trajectory_replays_in_the_environment():
       assert bool(info["correct"]) == bool(traj.info["correct"][t, b])
 
 
-def _plain_scan(env, params, policy, key, state, obs, num_steps):
-  """The reference: `env.step` itself in a scan, with the keys `collect` hands out."""
+def _plain_scan(env, params, policy, key, state, obs, num_steps, policy_params=None):
+  """The reference: `env.step` itself in a scan, with the keys `collect` hands out, the
+  policy called with its key at every step."""
   batch = obs.shape[0]
   act = jax.vmap(policy, in_axes=(None, 0, 0))
   step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
   def body(carry, keys):
     s, o = carry
-    a, _, _ = act(None, o, keys[0])
+    a, logp, _ = act(policy_params, o, keys[0])
     next_o, s, r, term, trunc, info = step(keys[1], s, a, params)
-    return (s, next_o), (o, a, r, term, trunc, info["final_observation"])
+    return (s, next_o), (o, a, r, term, trunc, info["final_observation"], logp)
   return jax.lax.scan(body, (state, obs), jax.random.split(key, (num_steps, 2, batch)))
 
 
@@ -94,10 +95,26 @@ def test_collect_draws_resets_like_env_step(env_and_params):
       env, params, policy, jax.random.key(5), state, obs, 24)
   assert int(np.sum(np.asarray(traj.dones))) >= 3   # the resets were exercised
   mine = (traj.obs, traj.actions, traj.rewards, traj.terminated, traj.truncated,
-          traj.final_obs)
+          traj.final_obs, traj.log_probs)
   for a, b in zip(jax.tree.leaves((mine, carry)), jax.tree.leaves((ref, carry_ref))):
     np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
                                atol=1e-6)
+
+
+def test_presampled_policy_noise_is_drawn_from_the_step_keys():
+  # A network policy (a PresampledPolicy): collect draws every step's noise before its
+  # loop; the actions must be those of the policy called with each step's key.
+  env, params = CARTPOLE
+  net = networks.ActorCritic(num_actions=env.num_actions, hidden_sizes=(8,))
+  net_params = net.init(jax.random.key(3), jnp.zeros((4,)))
+  policy = networks.make_policy_fn(net, value=False)
+  obs, state = reset(env, params, jax.random.key(0), 3)
+  traj, _ = collect(env, params, policy, net_params, jax.random.key(6), state, obs, 24)
+  _, ref = jax.jit(_plain_scan, static_argnums=(0, 2, 6))(
+      env, params, policy, jax.random.key(6), state, obs, 24, net_params)
+  np.testing.assert_array_equal(traj.actions, ref[1])
+  np.testing.assert_allclose(traj.log_probs, ref[6], rtol=1e-6)
+  assert 0.2 < float(np.mean(np.asarray(traj.actions))) < 0.8   # both actions taken
 
 
 @functools.lru_cache
