@@ -3,7 +3,7 @@
 The public API is flat: `cj.gae`, `cj.lambda_returns`, `cj.group_advantages`,
 `cj.envs.make`, ... Submodules hold the implementations.
 """
-from credit_jax.types import PolicyFn, Trajectory, to_batch_major
+from credit_jax.types import PolicyFn, PresampledPolicy, Trajectory, to_batch_major
 from credit_jax import returns
 from credit_jax.returns import discounted_returns, gae, lambda_returns, td_errors
 from credit_jax import baselines
