@@ -21,9 +21,9 @@ same keys, so the actions are those of calling it with each step's key. Per step
 engine does what a bare `lax.scan` of `env.step` must do anyway (one vmapped policy
 call, one vmapped step; the keys of all steps are split before the loop), so its
 overhead over a hand-written gymnax scan stays small; see BENCHMARKS.md ("Environment
-stepping") for the measured ratio. When `env.step` is gymnax's own auto-reset step (or `CreditEnv`'s), the engine
-runs its parts itself and draws every step's auto-reset before the loop, from the keys
-`env.step` would have used.
+stepping") for the measured ratio. When `env.step` is gymnax's own auto-reset step (or
+`CreditEnv`'s), the engine runs its parts itself and draws every step's auto-reset before
+the loop, from the keys `env.step` would have used.
 
 Trajectory fields (see `credit_jax.types.Trajectory`): `final_obs` is gymnax's
 `info["final_observation"]` (the observation that ended the step, before any reset);
