@@ -16,7 +16,7 @@ from credit_jax import diagnostics
 from credit_jax import search, search_mctx
 from credit_jax.search import SearchOutput, SearchStats, SearchTree, make_search
 from credit_jax.search_mctx import make_mctx_search
-from credit_jax import networks, algos
+from credit_jax import networks, algos, parallel
 from credit_jax.algos import make_train
 
 __version__ = "0.1.0"

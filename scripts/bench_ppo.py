@@ -2,6 +2,7 @@
 
   python3 scripts/bench_ppo.py --rejax_python=/tmp/rejax_venv/bin/python
   python3 scripts/bench_ppo.py --seeds=1,16 --total_timesteps=500000
+  python3 scripts/bench_ppo.py --seeds=16 --cpu_cores=0 --cpu_devices=2 --rejax_python=...
 
 PureJaxRL's default CartPole configuration (4 envs x 128 steps, 4 epochs x 4 minibatches,
 lr 2.5e-4, gamma .99, lambda .95, clip .2, entropy .01, value .5, grad norm .5, 64-unit
@@ -32,6 +33,13 @@ import xla_cpu_flags  # before jax starts: see that module for why
 # core did (see scripts/cpu_affinity.py and BENCHMARKS.md). `--cpu_cores=0`: all cores.
 PINNED = cpu_affinity.restrict_from_argv(sys.argv, default=1)
 
+# `--cpu_devices=N` (CPU only): JAX shows N CPU devices (JAX_NUM_CPU_DEVICES, inherited by
+# the rejax subprocess) and both systems split their seeds over them, each initialised on
+# one device and then sharded (see credit_jax/parallel.py). Use it with --cpu_cores=0.
+_DEVICES = re.search(r"--cpu_devices[= ](\d+)", " ".join(sys.argv))
+if _DEVICES and int(_DEVICES.group(1)) > 1 and not cpu_affinity.accelerator_present():
+  os.environ["JAX_NUM_CPU_DEVICES"] = _DEVICES.group(1)
+
 # With more than one seed requested, XLA CPU's concurrency-optimised scheduler is turned
 # off (a jaxlib 0.10 hang) for both systems: the rejax subprocess inherits XLA_FLAGS. It
 # costs time at one seed, so run one-seed cells on their own (--seeds=1) to measure them
@@ -58,6 +66,8 @@ _REJAX = flags.DEFINE_string("rejax_python", None,
 _OUT = flags.DEFINE_string("out", None, "Optional JSON file for the results.")
 flags.DEFINE_integer("cpu_cores", 1, "CPU only: cores both systems may use (0: all); "
                      "applied before jax starts")
+flags.DEFINE_integer("cpu_devices", 1, "CPU only: CPU devices the seeds of both systems "
+                     "are split over (sharded); applied before jax starts")
 
 EVAL_EPISODES = 128
 
@@ -75,17 +85,28 @@ algo = PPO.create(
     agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)})
 timed = algo.replace(eval_callback=lambda a, ts, rng: jnp.zeros(()))
 results = []
+devices = jax.devices()
 for seeds in args["seeds"]:
   keys = jax.random.split(jax.random.PRNGKey(0), seeds)
-  fn = jax.jit(jax.vmap(lambda k: timed.train(k)[0]))
+  if len(devices) > 1:
+    # Seeds split over the devices: init on one device, then shard, then train.
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    sharding = NamedSharding(Mesh(devices, ("seeds",)), PartitionSpec("seeds"))
+    start = jax.device_put(jax.block_until_ready(jax.jit(jax.vmap(algo.init_state))(keys)),
+                           sharding)
+    fn = jax.jit(jax.vmap(lambda ts: timed.train(train_state=ts)[0]),
+                 in_shardings=sharding, out_shardings=sharding)
+  else:
+    start = keys
+    fn = jax.jit(jax.vmap(lambda k: timed.train(k)[0]))
   t0 = time.perf_counter()
-  compiled = fn.lower(keys).compile()
+  compiled = fn.lower(start).compile()
   compile_s = time.perf_counter() - t0
-  ts = jax.block_until_ready(compiled(keys))
+  ts = jax.block_until_ready(compiled(start))
   times, cpu = [], []
   for _ in range(args["repeats"]):
     t0, c0 = time.perf_counter(), time.process_time()
-    ts = jax.block_until_ready(compiled(keys))
+    ts = jax.block_until_ready(compiled(start))
     times.append(time.perf_counter() - t0)
     cpu.append(time.process_time() - c0)
   evaluate = jax.jit(jax.vmap(lambda t, k: algo.eval_callback(algo, t, k)[1]))
@@ -118,7 +139,7 @@ def ppo_config(total_timesteps):
 def bench_ours(seed_counts, total_timesteps, repeats):
   from credit_jax import algos, rollout  # pylint: disable=g-import-not-at-top
   from credit_jax.algos import common  # pylint: disable=g-import-not-at-top
-  from credit_jax import networks  # pylint: disable=g-import-not-at-top
+  from credit_jax import networks, parallel  # pylint: disable=g-import-not-at-top
   config = ppo_config(total_timesteps)
   train = algos.make_train(config)
   steps = train.num_updates * train.env_steps_per_update
@@ -132,18 +153,28 @@ def bench_ours(seed_counts, total_timesteps, repeats):
                                     EVAL_EPISODES, max_steps)
     return jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), axis=0).mean()
 
+  devices = jax.devices()
   results = []
   for seeds in seed_counts:
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
-    fn = jax.jit(jax.vmap(lambda k: train(k)[0]))
+    if len(devices) > 1:
+      # Seeds split over the devices: init on one device, then shard (parallel.py).
+      mesh = parallel.seed_mesh(devices)
+      start = parallel.shard_seeds(jax.jit(jax.vmap(train.init))(keys), mesh)
+      fn = jax.jit(jax.vmap(lambda s: train.run(s, None, train.num_updates)[0]),
+                   in_shardings=parallel.seed_sharding(mesh),
+                   out_shardings=parallel.seed_sharding(mesh))
+    else:
+      start = keys
+      fn = jax.jit(jax.vmap(lambda k: train(k)[0]))
     t0 = time.perf_counter()
-    compiled = fn.lower(keys).compile()
+    compiled = fn.lower(start).compile()
     compile_s = time.perf_counter() - t0
-    state = jax.block_until_ready(compiled(keys))
+    state = jax.block_until_ready(compiled(start))
     times, cpu = [], []
     for _ in range(repeats):
       t0, c0 = time.perf_counter(), time.process_time()
-      state = jax.block_until_ready(compiled(keys))
+      state = jax.block_until_ready(compiled(start))
       times.append(time.perf_counter() - t0)
       cpu.append(time.process_time() - c0)
     returns = jax.jit(jax.vmap(final_return))(
@@ -175,7 +206,9 @@ def main(argv):
   seed_counts = [int(s) for s in (_SEEDS.value or (["1", "1024"] if on_gpu else
                                                    ["1", "16"]))]
   cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
-  print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}, "
+  split = (f" x{len(jax.devices())}, seeds split over them" if len(jax.devices()) > 1
+           else "")
+  print(f"device: {device.device_kind} ({device.platform}{split}), jax {jax.__version__}, "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, process cores {cores} "
         f"({'restricted' if PINNED else 'as started'})")
   ours, steps = bench_ours(seed_counts, _STEPS.value, _REPEATS.value)

@@ -1,0 +1,67 @@
+"""Seeds spread over devices: a one-axis mesh and the sharding of seed-stacked state.
+
+A multi-seed run is `jax.vmap` over a leading seed axis; sharding that axis over the local
+devices runs each device's share of the seeds side by side, with no communication (the
+seeds never interact, and the compiled program holds no collectives):
+
+    mesh = parallel.seed_mesh()                            # all local devices
+    state = jax.jit(jax.vmap(train.init))(keys)            # init on one device (below)
+    state = parallel.shard_seeds(state, mesh)              # [S, ...] leaves split over S
+    run = jax.jit(jax.vmap(lambda s: train.run(s, None, n)[0]),
+                  in_shardings=parallel.seed_sharding(mesh),
+                  out_shardings=parallel.seed_sharding(mesh))
+
+On a CPU, JAX shows one device unless told otherwise before its backend starts:
+`jax.config.update("jax_num_cpu_devices", N)` right after `import jax` and before
+importing credit_jax (gymnax, which credit_jax imports, runs a JAX op at import time). Measured on
+the 2-core development machine (BENCHMARKS.md, PPO section): 16 PPO seeds on two CPU
+devices ran ~1.9x faster in wall time than on one device with both cores.
+
+Initialise unsharded. With jaxlib 0.10.2, running `jax.vmap(train.init)` sharded over two
+CPU devices hung: the orthogonal initialiser's batched QR (jax's LAPACK kernel, which
+splits a batch over a thread pool shared by the devices) deadlocked on the first call.
+Initialising on one device and then sharding the state, as above, avoids it.
+
+The mesh is built with `jax.sharding.Mesh`, whose axes are "auto": `jax.make_mesh` in jax
+0.10 makes "explicit" axes by default, under which the vmapped GAE scan fails to trace.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+SEED_AXIS = "seeds"
+
+
+def seed_mesh(devices: Optional[Sequence[Any]] = None) -> Mesh:
+  """A one-axis mesh named `"seeds"` over `devices` (default: all of `jax.devices()`)."""
+  devices = list(jax.devices() if devices is None else devices)
+  if not devices:
+    raise ValueError("seed_mesh needs at least one device")
+  return Mesh(np.asarray(devices), (SEED_AXIS,))
+
+
+def seed_sharding(mesh: Mesh) -> NamedSharding:
+  """Splits a leading seed axis over `mesh`'s devices; other axes stay whole."""
+  return NamedSharding(mesh, PartitionSpec(SEED_AXIS))
+
+
+def shard_seeds(tree: Any, mesh: Mesh) -> Any:
+  """Places every leaf `[S, ...]` of `tree` with its seed axis split over `mesh`.
+
+  `S` must be divisible by the number of devices in `mesh`; every leaf needs the same
+  leading `S`.
+  """
+  leaves = jax.tree.leaves(tree)
+  sizes = {np.shape(x)[0] if np.ndim(x) else None for x in leaves}
+  if None in sizes or len(sizes) != 1:
+    raise ValueError(f"every leaf needs the same leading seed axis [S, ...]; got leading "
+                     f"sizes {sorted(s for s in sizes if s is not None)}"
+                     f"{' and scalars' if None in sizes else ''}")
+  seeds, num_devices = sizes.pop(), mesh.devices.size
+  if seeds % num_devices:
+    raise ValueError(f"{seeds} seeds do not split evenly over {num_devices} devices")
+  return jax.device_put(tree, seed_sharding(mesh))
