@@ -1,8 +1,8 @@
 """Seeds spread over devices: a one-axis mesh and the sharding of seed-stacked state.
 
 A multi-seed run is `jax.vmap` over a leading seed axis; sharding that axis over the local
-devices runs each device's share of the seeds side by side, with no communication (the
-seeds never interact, and the compiled program holds no collectives):
+devices runs each device's share of the seeds side by side. The seeds never interact (the
+compiled PPO program held no collectives):
 
     mesh = parallel.seed_mesh()                            # all local devices
     state = jax.jit(jax.vmap(train.init))(keys)            # init on one device (below)
@@ -13,9 +13,10 @@ seeds never interact, and the compiled program holds no collectives):
 
 On a CPU, JAX shows one device unless told otherwise before its backend starts:
 `jax.config.update("jax_num_cpu_devices", N)` right after `import jax` and before
-importing credit_jax (gymnax, which credit_jax imports, runs a JAX op at import time). Measured on
-the 2-core development machine (BENCHMARKS.md, PPO section): 16 PPO seeds on two CPU
-devices ran ~1.9x faster in wall time than on one device with both cores.
+importing credit_jax (gymnax, which credit_jax imports, runs a JAX op at import time).
+In one in-process probe on the 2-core development machine (BENCHMARKS.md, PPO section),
+an update of 16 PPO seeds took 22.5 ms wall on two CPU devices against 42.6 ms on one
+device with both cores.
 
 Initialise unsharded. With jaxlib 0.10.2, running `jax.vmap(train.init)` sharded over two
 CPU devices hung: the orthogonal initialiser's batched QR (jax's LAPACK kernel, which
