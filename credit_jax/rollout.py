@@ -158,6 +158,31 @@ def first_episode_mask(terminated: jax.Array, truncated: jax.Array) -> jax.Array
   return (jnp.cumsum(done, axis=0) - done) == 0
 
 
+def max_truncations(env: Any, env_params: Any, num_steps: int):
+  """The most time-limit truncations one environment can have in `num_steps` consecutive
+  auto-reset steps, or None when that cannot be known before running.
+
+  Known when `env.is_truncated` is gymnax's or `CreditEnv`'s (`state.time >=
+  params.max_steps_in_episode`, the episode clock counting steps since the last reset)
+  and `env_params.max_steps_in_episode` is a concrete int `L >= 1`: consecutive
+  truncations are at least `L` steps apart, so there are at most `ceil(num_steps / L)`.
+  None for any other `is_truncated` (a wrapper that overrides it, a different time limit)
+  or a traced `L` (a sweep over time limits). PPO uses the bound to run its value network
+  on those few `final_obs` rows instead of all `num_steps * B` of them.
+  """
+  owner = next((c for c in type(env).__mro__ if "is_truncated" in c.__dict__), None)
+  if owner not in (environment.Environment, CreditEnv):
+    return None
+  limit = getattr(env_params, "max_steps_in_episode", None)
+  try:
+    limit = int(limit)
+  except (TypeError, jax.errors.ConcretizationTypeError):
+    return None
+  if limit < 1:
+    return None
+  return min(int(num_steps), math.ceil(int(num_steps) / limit))
+
+
 def _auto_reset_keys(env):
   """How `env.step` divides its key, `key -> (transition key, reset key)`, when `env.step`
   is gymnax's auto-reset step (or `CreditEnv`'s); None for any other `step`."""

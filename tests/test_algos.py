@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import algos, checkpoint, envs, metrics
+from credit_jax import algos, checkpoint, envs, metrics, rollout
 from credit_jax.algos import common, grpo, history, losses, ppo, reinforce, runner
 from credit_jax.types import Trajectory
 
@@ -244,6 +244,34 @@ def test_ppo_advantages_bootstrap_truncation_from_final_obs():
   expected_t0 = 1.0 + 0.5 * 10.0 - 1.0
   np.testing.assert_allclose(adv[:, 0], [expected_t0, expected_t1, expected_t2],
                              rtol=1e-6)
+
+
+def test_ppo_advantages_with_a_truncation_bound_match_the_full_value_pass():
+  # CartPole with a time limit of 12: 48 steps of 16 fresh envs truncate at steps 11, 23,
+  # 35 and 47 unless the pole falls (then an episode ends terminated).
+  env, params = envs.make("CartPole-v1", max_steps_in_episode=12)
+  obs, state = rollout.reset(env, params, jax.random.key(0), 16)
+  traj, (_, next_obs) = rollout.collect(env, params, rollout.uniform_random_policy(2),
+                                        None, jax.random.key(1), state, obs, 48)
+  bound = rollout.max_truncations(env, params, 48)
+  assert bound == 4 and int(traj.truncated.sum(axis=0).max()) == 4
+  assert 0 < int(traj.terminated.sum())
+  value_fn = lambda o: jnp.tanh(o @ jnp.array([0.3, -1.0, 2.0, 0.5])) + o[..., 0] ** 2
+  full, v_full = ppo.advantages_with_boundaries(value_fn, traj, next_obs, 0.9, 0.8)
+  bounded, v_b = ppo.advantages_with_boundaries(value_fn, traj, next_obs, 0.9, 0.8,
+                                                max_truncations=bound)
+  np.testing.assert_allclose(bounded, full, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(v_b, v_full, rtol=1e-6)
+  # A bound that is too small poisons exactly the columns that exceed it.
+  low, _ = ppo.advantages_with_boundaries(value_fn, traj, next_obs, 0.9, 0.8,
+                                          max_truncations=3)
+  over = np.asarray(traj.truncated.sum(axis=0)) > 3
+  assert over.any() and not over.all()
+  assert np.isnan(np.asarray(low)[:, over]).all()
+  np.testing.assert_allclose(np.asarray(low)[:, ~over], np.asarray(full)[:, ~over],
+                             rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="max_truncations"):
+    ppo.advantages_with_boundaries(value_fn, traj, next_obs, 0.9, 0.8, max_truncations=-1)
 
 
 # --- whole recipes, tiny shapes -----------------------------------------------------------

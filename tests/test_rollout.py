@@ -101,6 +101,33 @@ def test_collect_draws_resets_like_env_step(env_and_params):
                                atol=1e-6)
 
 
+def test_max_truncations_bounds_the_truncations_of_a_rollout():
+  env, params = CARTPOLE                                   # time limit 8
+  assert rollout.max_truncations(env, params, 8) == 1
+  assert rollout.max_truncations(env, params, 9) == 2
+  assert rollout.max_truncations(*envs.make("CartPole-v1"), 128) == 1
+  assert rollout.max_truncations(*KEYCHAIN, 10) == 3     # CreditEnv: limit = horizon 4
+  # 16 envs that rarely fail within 8 steps, 7 steps into their episodes: the next 50
+  # steps truncate at steps 0, 8, ..., 48, which reaches the bound (7).
+  obs, state = reset(env, params, jax.random.key(0), 16)
+  _, (state, obs) = collect(env, params, uniform(2), None, jax.random.key(2), state, obs, 7)
+  traj, _ = collect(env, params, uniform(2), None, jax.random.key(1), state, obs, 50)
+  counts = np.asarray(traj.truncated).sum(axis=0)
+  assert counts.max() == rollout.max_truncations(env, params, 50) == 7
+
+
+def test_max_truncations_is_none_when_unknowable():
+  env, params = CARTPOLE
+
+  class OwnTimeLimit(type(env)):
+    def is_truncated(self, state, params):
+      return state.time >= 3
+
+  assert rollout.max_truncations(OwnTimeLimit(), params, 10) is None
+  traced = jax.jit(lambda p: rollout.max_truncations(env, p, 10))(params)
+  assert traced is None
+
+
 def test_presampled_policy_noise_is_drawn_from_the_step_keys():
   # A network policy (a PresampledPolicy): collect draws every step's noise before its
   # loop; the actions must be those of the policy called with each step's key.

@@ -50,7 +50,7 @@ def validate_config(config) -> None:
 
 
 def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
-                               method: str = "auto"):
+                               method: str = "auto", max_truncations=None):
   """Values and GAE for a fixed-length auto-resetting rollout, boundaries handled as data.
 
   Args:
@@ -58,6 +58,12 @@ def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
     traj: Trajectory [T, B]; its `final_obs` is what a truncated step bootstraps from.
     next_obs: [B, *obs_shape] the observation after the rollout's last step.
     gamma, gae_lambda: [] discount and lambda.
+    max_truncations: None, or an int `k` such that no environment (column of `traj`) has
+      more than `k` truncated steps (`rollout.max_truncations` gives it from the time
+      limit). With `k` the value network runs on the `k` first truncated steps' `final_obs`
+      per environment (`T B + B + k B` rows) instead of every step's (`2 T B + B`); a
+      column with more than `k` truncations gets NaN advantages, so a wrong bound stops
+      training (the runner's NaN check) instead of bootstrapping from wrong values.
 
   Returns:
     `(advantages [T, B], values [T, B])`: `values` of `traj.obs`; terminated steps do not
@@ -69,20 +75,45 @@ def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
   if jnp.shape(next_obs) != (batch,) + obs_shape:
     raise ValueError(f"next_obs must be [B, *obs_shape] = {(batch,) + obs_shape}, got "
                      f"{jnp.shape(next_obs)}")
+  if max_truncations is not None and (int(max_truncations) != max_truncations
+                                      or max_truncations < 0):
+    raise ValueError(f"max_truncations must be None or an int >= 0, got {max_truncations}")
   n = num_steps * batch
+  if max_truncations is None or max_truncations >= num_steps:
+    hits, final_obs = None, traj.final_obs.reshape((n,) + obs_shape)
+  else:
+    # The j-th truncated step of each column (j < k): a one-hot [T, B] mask per j and
+    # its row index (argmax of an all-False column is 0: gathered, then masked out).
+    rank = jnp.cumsum(traj.truncated.astype(jnp.int32), axis=0)       # [T, B]
+    hits = [jnp.logical_and(traj.truncated, rank == j + 1)
+            for j in range(int(max_truncations))]
+    rows = jnp.stack([jnp.argmax(h, axis=0) for h in hits]) if hits else \
+        jnp.zeros((0, batch), jnp.int32)                               # [k, B]
+    final_obs = jnp.take_along_axis(
+        traj.final_obs, rows.reshape(rows.shape + (1,) * len(obs_shape)), axis=0)
+    final_obs = final_obs.reshape((-1,) + obs_shape)                   # [k B, ...]
   # One value pass over every observation the estimator needs, after the rollout rather
   # than inside it: on CPU a [B]-row matmul per step costs several times more per row
-  # than this [2 T B + B]-row pass (16 vmapped seeds, 4 envs: ~25 us per small matmul).
-  rows = jnp.concatenate([traj.obs.reshape((n,) + obs_shape),
-                          traj.final_obs.reshape((n,) + obs_shape), next_obs], axis=0)
-  v = value_fn(rows)                                               # [2 T B + B]
+  # than one pass over all rows (16 vmapped seeds, 4 envs: ~25 us per small matmul).
+  v = value_fn(jnp.concatenate([traj.obs.reshape((n,) + obs_shape), next_obs, final_obs],
+                               axis=0))
   values = v[:n].reshape(num_steps, batch)
-  final_values = v[n:2 * n].reshape(num_steps, batch)
-  values_tp1 = jnp.concatenate([values, v[2 * n:][None]], axis=0)  # [T + 1, B]
+  values_tp1 = jnp.concatenate([values, v[n:n + batch][None]], axis=0)  # [T + 1, B]
+  v_final = v[n + batch:]
+  if hits is None:
+    final_values = v_final.reshape(num_steps, batch)
+  else:
+    v_final = v_final.reshape(len(hits), batch)
+    final_values = jnp.zeros((num_steps, batch), v.dtype)
+    for j, h in enumerate(hits):
+      final_values = jnp.where(h, v_final[j][None], final_values)
   discounts = jnp.full_like(traj.rewards, gamma)
   advantages = cj.gae(traj.rewards, discounts, values_tp1, gae_lambda,
                       terminated=traj.terminated, truncated=traj.truncated,
                       final_values=final_values, method=method)
+  if hits is not None:
+    overflow = jnp.sum(traj.truncated, axis=0) > len(hits)             # [B]
+    advantages = jnp.where(overflow[None], jnp.nan, advantages)
   return advantages, values
 
 
@@ -99,6 +130,9 @@ def make_train(config) -> common.Train:
   adam_eps = float(config.adam_eps)
   clip_value = bool(config.clip_value_loss)
   gae_method = str(config.gae_method)
+  # Bootstrapping needs the value of a step's final_obs only where the time limit cut
+  # the episode; at most this many times per env and rollout (None: unknown, all rows).
+  max_truncations = rollout.max_truncations(env, env_params, num_steps)
 
   def init_fn(key, hp):
     k_params, k_env, k_run = jax.random.split(key, 3)
@@ -133,7 +167,7 @@ def make_train(config) -> common.Train:
                                              aux["env_state"], aux["obs"], num_steps)
     advantages, values = advantages_with_boundaries(
         lambda o: network.apply(params, o)[1], traj, obs, hp["gamma"], hp["gae_lambda"],
-        gae_method)
+        gae_method, max_truncations)
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "values": values, "advantages": advantages, "targets": advantages + values}
     data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:]), data)
