@@ -6,7 +6,9 @@
 
 Writes into --workdir: metrics.jsonl, tensorboard/, checkpoints/ (with config.json),
 learning_curve.png and summary.json. Running the same command again resumes from the
-newest checkpoint. All logic lives in credit_jax.algos.runner.
+newest checkpoint. With several local devices the seeds are split over them (on a CPU:
+`JAX_NUM_CPU_DEVICES=2 python3 scripts/train.py ... --config.seeds=8`). All logic lives
+in credit_jax.algos.runner.
 """
 import re
 import sys

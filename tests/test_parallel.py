@@ -64,6 +64,72 @@ def test_two_cpu_devices_give_the_one_device_numbers():
   assert "TWO_DEVICES_OK 2" in proc.stdout, proc.stderr[-3000:]
 
 
+RUNNER_TWO_DEVICES = textwrap.dedent("""
+    import importlib.util, json, os, shutil, sys
+    import jax
+    jax.config.update("jax_num_cpu_devices", 2)   # before credit_jax imports gymnax
+    from credit_jax import checkpoint
+    from credit_jax.algos import runner
+    sys.path.insert(0, os.path.join(sys.argv[1], "tests"))
+    from test_parallel import tiny_runner_config
+    workdir = sys.argv[2]
+    lines = []
+    runner.train_and_evaluate(tiny_runner_config(), workdir, log=lines.append)
+    assert "seeds split over 2 devices, 2 per device" in lines, lines
+    first = open(os.path.join(workdir, "metrics.jsonl")).read()
+    ckdir = os.path.join(workdir, runner.CHECKPOINT_DIR)
+    with checkpoint.Checkpointer(ckdir) as ck:
+      steps = ck.all_steps()
+    assert steps[-1] == 4, steps
+    shutil.rmtree(os.path.join(ckdir, str(steps[-1])))   # as if killed before the last save
+    lines = []
+    runner.train_and_evaluate(tiny_runner_config(), workdir, log=lines.append)
+    assert any(l.startswith("resumed from checkpoint at update 3/4") for l in lines), lines
+    assert open(os.path.join(workdir, "metrics.jsonl")).read() == first
+    lines = []
+    runner.seed_mesh_for(3, log=lines.append)
+    assert any("do not split evenly over 2 devices" in l for l in lines), lines
+    print("RUNNER_TWO_DEVICES_OK")
+""")
+
+
+def tiny_runner_config():
+  """REINFORCE on a 6-step KeyChain, 4 seeds, 4 updates, a checkpoint after each."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location(
+      "reinforce_keychain", os.path.join(REPO, "configs", "reinforce_keychain.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config("small")
+  c.env_kwargs.horizon = c.horizon = 6
+  c.env_kwargs.num_pivotal, c.env_kwargs.num_actions = 1, 2
+  c.num_envs, c.num_updates, c.seeds = 8, 4, 4
+  c.network.hidden_sizes = (16,)
+  c.chunk_updates = c.checkpoint_every = 1
+  return c
+
+
+def test_runner_shards_seeds_and_resumes_them_sharded(tmp_path):
+  from credit_jax import metrics   # pylint: disable=g-import-not-at-top
+  from credit_jax.algos import runner   # pylint: disable=g-import-not-at-top
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", RUNNER_TWO_DEVICES, REPO,
+                         str(tmp_path / "sharded")], capture_output=True, text=True,
+                        env=env, timeout=600, check=False)
+  assert "RUNNER_TWO_DEVICES_OK" in proc.stdout, proc.stderr[-3000:]
+  # This process has one device: the same run unsharded logs the same numbers.
+  lines = []
+  runner.train_and_evaluate(tiny_runner_config(), str(tmp_path / "plain"),
+                            log=lines.append)
+  assert not any("devices" in l for l in lines), lines
+  sharded = metrics.read_jsonl(str(tmp_path / "sharded" / metrics.METRICS_FILE))
+  plain = metrics.read_jsonl(str(tmp_path / "plain" / metrics.METRICS_FILE))
+  assert [r["update"] for r in sharded] == [r["update"] for r in plain] == [1, 2, 3, 4]
+  for a, b in zip(sharded, plain):
+    for k, v in b["per_seed"].items():
+      np.testing.assert_allclose(a["per_seed"][k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+
+
 def test_shard_seeds_on_one_device_keeps_values():
   mesh = parallel.seed_mesh(jax.devices()[:1])
   tree = {"a": jnp.arange(6.0).reshape(3, 2), "b": jnp.ones((3,), jnp.int32)}

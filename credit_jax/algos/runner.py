@@ -17,6 +17,10 @@ On CPU with jaxlib 0.10, start Python with
 it for multi-seed runs through scripts/xla_cpu_flags.py, only on jaxlib versions known to
 accept it): without it the XLA CPU runtime was seen to hang for good on vmapped
 multi-seed runs.
+With more than one local device (GPUs, TPU cores, or CPU devices from
+`JAX_NUM_CPU_DEVICES=N`), the seeds are split over them (`seed_mesh_for`): initialised
+on one device, then sharded, or restored from a checkpoint straight into their shards;
+each compiled chunk then runs every device's seeds on that device.
 Chunk boundaries are the only place the host sees the state, and the RNG key is in the
 state, so a run resumed from any checkpoint reproduces the uninterrupted run exactly.
 """
@@ -34,6 +38,7 @@ import numpy as np
 from credit_jax import algos
 from credit_jax import checkpoint as ckpt_lib
 from credit_jax import metrics as metrics_lib
+from credit_jax import parallel
 
 CHECKPOINT_DIR = "checkpoints"
 CURVE_FILE = "learning_curve.png"
@@ -77,6 +82,20 @@ def make_run_fns(train: algos.Train):
   return init, run
 
 
+def seed_mesh_for(seeds: int, log: Callable[[str], None] = print):
+  """The mesh `seeds` seeds are split over: the most of this process's devices that
+  divides `seeds`, or None when that is one device (then nothing is sharded)."""
+  devices = jax.local_devices()
+  count = max(d for d in range(1, len(devices) + 1) if seeds % d == 0)
+  if count < len(devices):
+    log(f"{seeds} seed(s) do not split evenly over {len(devices)} devices; using "
+        f"{count} of them (make config.seeds a multiple of {len(devices)} to use all)")
+  if count == 1:
+    return None
+  log(f"seeds split over {count} devices, {seeds // count} per device")
+  return parallel.seed_mesh(devices[:count])
+
+
 def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print
                        ) -> Dict[str, Any]:
   """Trains `config` in `workdir` (resuming if it holds checkpoints); returns the summary.
@@ -110,11 +129,19 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print
     raise algos.ConfigError(
         f"workdir {workdir} has a checkpoint at update {start}, past this config's "
         f"{total} updates; use a fresh --workdir")
+  mesh = seed_mesh_for(seeds, log)
   if start:
-    state = ckpt.restore(start, jax.eval_shape(init, keys, hp))
+    target = jax.eval_shape(init, keys, hp)
+    if mesh is not None:   # restored straight into its shards
+      sharding = parallel.seed_sharding(mesh)
+      target = jax.tree.map(
+          lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), target)
+    state = ckpt.restore(start, target)
     log(f"resumed from checkpoint at update {start}/{total} in {ckpt.directory}")
   else:
     state = init(keys, hp)
+    if mesh is not None:   # initialised on one device first: see credit_jax/parallel.py
+      state = parallel.shard_seeds(state, mesh)
 
   steps_per_update = train.env_steps_per_update
   log(f"{config.algo} on {config.env_name}: {total} updates x {steps_per_update} env "
