@@ -11,6 +11,10 @@ compiled PPO program held no collectives):
                   in_shardings=parallel.seed_sharding(mesh),
                   out_shardings=parallel.seed_sharding(mesh))
 
+`scripts/train.py` (through `credit_jax.algos.runner.seed_mesh_for`) does this by itself
+whenever the process has more than one device, and restores checkpoints straight into
+the same split.
+
 On a CPU, JAX shows one device unless told otherwise before its backend starts:
 `jax.config.update("jax_num_cpu_devices", N)` right after `import jax` and before
 importing credit_jax (gymnax, which credit_jax imports, runs a JAX op at import time).
