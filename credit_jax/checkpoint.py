@@ -67,7 +67,7 @@ class Checkpointer:
     if self._config is not None:
       items["config"] = ocp.args.JsonSave(self._config)
       path = os.path.join(self.directory, CONFIG_FILE)
-      if not os.path.exists(path):
+      if jax.process_index() == 0 and not os.path.exists(path):   # one writer per run
         with open(path + ".tmp", "w") as f:
           json.dump(self._config, f, indent=2, sort_keys=True)
         os.replace(path + ".tmp", path)

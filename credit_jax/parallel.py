@@ -27,6 +27,12 @@ CPU devices hung: the orthogonal initialiser's batched QR (jax's LAPACK kernel, 
 splits a batch over a thread pool shared by the devices) deadlocked on the first call.
 Initialising on one device and then sharding the state, as above, avoids it.
 
+Several processes or hosts (`jax.distributed`): build the mesh over `jax.devices()` (all
+processes' devices), initialise the same seeds in every process and call `shard_seeds`
+in each; `jax.experimental.multihost_utils.process_allgather` brings sharded results to
+every host. `scripts/train.py --distributed` (or `--coordinator_address`,
+`--num_processes`, `--process_id`) does all of this; see `scripts/distributed.py`.
+
 The mesh is built with `jax.sharding.Mesh`, whose axes are "auto": `jax.make_mesh` in jax
 0.10 makes "explicit" axes by default, under which the vmapped GAE scan fails to trace.
 """
@@ -58,7 +64,8 @@ def shard_seeds(tree: Any, mesh: Mesh) -> Any:
   """Places every leaf `[S, ...]` of `tree` with its seed axis split over `mesh`.
 
   `S` must be divisible by the number of devices in `mesh`; every leaf needs the same
-  leading `S`.
+  leading `S`. When `mesh` spans several processes (`jax.distributed`), every process
+  must call this with the same `tree`; each keeps the shards of its own devices.
   """
   leaves = jax.tree.leaves(tree)
   sizes = {np.shape(x)[0] if np.ndim(x) else None for x in leaves}
@@ -69,4 +76,11 @@ def shard_seeds(tree: Any, mesh: Mesh) -> Any:
   seeds, num_devices = sizes.pop(), mesh.devices.size
   if seeds % num_devices:
     raise ValueError(f"{seeds} seeds do not split evenly over {num_devices} devices")
-  return jax.device_put(tree, seed_sharding(mesh))
+  sharding = seed_sharding(mesh)
+  if sharding.is_fully_addressable:
+    return jax.device_put(tree, sharding)
+  # Devices of other processes in the mesh: every process holds the whole `tree` (the
+  # same values: same keys, same init) and contributes the shards of its own devices.
+  return jax.tree.map(
+      lambda x: jax.make_array_from_callback(
+          np.shape(x), sharding, lambda index, host=np.asarray(x): host[index]), tree)

@@ -20,7 +20,10 @@ multi-seed runs.
 With more than one local device (GPUs, TPU cores, or CPU devices from
 `JAX_NUM_CPU_DEVICES=N`), the seeds are split over them (`seed_mesh_for`): initialised
 on one device, then sharded, or restored from a checkpoint straight into their shards;
-each compiled chunk then runs every device's seeds on that device.
+each compiled chunk then runs every device's seeds on that device. Several processes
+(`jax.distributed`, started by `scripts/train.py --distributed` or its
+`--coordinator_address` flags) split the seeds over all their devices the same way and
+checkpoint together; process 0 alone writes metrics, plots and the summary.
 Chunk boundaries are the only place the host sees the state, and the RNG key is in the
 state, so a run resumed from any checkpoint reproduces the uninterrupted run exactly.
 """
@@ -33,6 +36,7 @@ import time
 from typing import Any, Callable, Dict
 
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 
 from credit_jax import algos
@@ -82,9 +86,40 @@ def make_run_fns(train: algos.Train):
   return init, run
 
 
+class _NoMetricsWriter:
+  """What processes other than 0 write metrics with: nothing."""
+  path = None
+
+  def write_records(self, records) -> None:
+    del records
+
+  def close(self) -> None:
+    pass
+
+
+def _to_host(tree):
+  """Every leaf as a host array; with several processes, gathered from all of them."""
+  if jax.process_count() > 1:
+    return multihost_utils.process_allgather(tree, tiled=True)
+  return jax.device_get(tree)
+
+
 def seed_mesh_for(seeds: int, log: Callable[[str], None] = print):
   """The mesh `seeds` seeds are split over: the most of this process's devices that
-  divides `seeds`, or None when that is one device (then nothing is sharded)."""
+  divides `seeds`, or None when that is one device (then nothing is sharded).
+
+  With several processes (`jax.distributed`) every device of every process, and
+  `seeds` must be a multiple of their number (`algos.ConfigError` otherwise).
+  """
+  if jax.process_count() > 1:
+    devices = jax.devices()
+    if seeds % len(devices):
+      raise algos.ConfigError(
+          f"config.seeds: {seeds} seed(s) do not split evenly over the {len(devices)} "
+          f"devices of {jax.process_count()} processes; use a multiple of {len(devices)}")
+    log(f"seeds split over {len(devices)} devices in {jax.process_count()} processes, "
+        f"{seeds // len(devices)} per device")
+    return parallel.seed_mesh(devices)
   devices = jax.local_devices()
   count = max(d for d in range(1, len(devices) + 1) if seeds % d == 0)
   if count < len(devices):
@@ -105,6 +140,11 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print
     NonFiniteLossError: the loss became non-finite; the last good checkpoint is kept.
   """
   train = algos.make_train(config)
+  # With several processes (jax.distributed) all of them compute and save checkpoints;
+  # process 0 alone logs and writes metrics, plots and the summary.
+  primary = jax.process_index() == 0
+  if not primary:
+    log = lambda _: None  # pylint: disable=unnecessary-lambda-assignment
   workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
   cfg_json = config_to_json(config)
@@ -146,7 +186,9 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print
   steps_per_update = train.env_steps_per_update
   log(f"{config.algo} on {config.env_name}: {total} updates x {steps_per_update} env "
       f"steps x {seeds} seed(s), chunks of {config.chunk_updates} updates")
-  writer = metrics_lib.MetricsWriter(workdir, resume_step=start)
+  writer = (metrics_lib.MetricsWriter(workdir, resume_step=start) if primary
+            else _NoMetricsWriter())
+  session_records = []
   progress = metrics_lib.Progress(total, steps_per_update * seeds, show=train.headline,
                                   log=log)
   compiled, compile_s, run_s = {}, 0.0, 0.0
@@ -161,7 +203,7 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print
         log(f"compiled a chunk of {u} updates in {time.perf_counter() - t0:.1f} s")
       t0 = time.perf_counter()
       new_state, chunk_metrics = compiled[u](state, hp)
-      chunk_metrics = jax.device_get(chunk_metrics)
+      chunk_metrics = _to_host(chunk_metrics)
       dt = time.perf_counter() - t0
       run_s += dt
       loss = np.asarray(chunk_metrics["loss"])
@@ -174,6 +216,7 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print
             f"rewards/observations for inf/NaN.")
       records = metrics_lib.chunk_to_records(chunk_metrics, done + 1, steps_per_update)
       writer.write_records(records)
+      session_records += records
       state, done = new_state, done + u
       progress.report(done, u, dt, records[-1])
       every = int(config.checkpoint_every)
@@ -183,10 +226,11 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print
     writer.close()
     ckpt.close()
 
-  records = metrics_lib.read_jsonl(writer.path)
+  records = metrics_lib.read_jsonl(writer.path) if primary else session_records
   curve = os.path.join(workdir, CURVE_FILE)
-  metrics_lib.plot_learning_curves(records, curve, keys=train.headline,
-                                   title=f"{config.algo} on {config.env_name}")
+  if primary:
+    metrics_lib.plot_learning_curves(records, curve, keys=train.headline,
+                                     title=f"{config.algo} on {config.env_name}")
   steps_run = (total - start) * steps_per_update * seeds
   summary = {
       "algo": config.algo, "env_name": config.env_name, "seeds": seeds,
@@ -195,8 +239,9 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print
       "compile_seconds": compile_s, "run_seconds": run_s,
       "env_steps_per_second": steps_run / run_s if run_s > 0 else None,
       "resumed_from": start, "learning_curve": curve}
-  with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:
-    json.dump(summary, f, indent=2)
+  if primary:
+    with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:
+      json.dump(summary, f, indent=2)
   log("final " + ", ".join(f"{k} {v:.3f}" for k, v in summary["final"].items())
       + f" | learning curve: {curve}")
   return summary
