@@ -230,6 +230,17 @@ def main(argv):
     print(f"| {r['system']} | {r['seeds']} | {r['compile_s']:.1f} | {r['run_s']:.2f} | "
           f"{r['steps_per_s']:.3g} | {ratio} | {r['steps_per_cpu_s']:.3g} | {cpu_ratio} | "
           f"{r['final_return']:.1f} / {r['final_return_min_seed']:.1f} |")
+  if on_gpu:
+    # ANCHORS.md: PureJaxRL's ppo.py on an H200, same configuration, compile excluded.
+    anchors = {1024: 3.15e7, 1: 8.6e4}
+    print(f"\nPureJaxRL ppo.py on an H200 (ANCHORS.md): "
+          + ", ".join(f"{n} seed(s) {v:.3g} env steps/s" for n, v in anchors.items())
+          + f". This device: {device.device_kind}; the ratios compare only on an H200.")
+    for r in ours:
+      if r["seeds"] in anchors:
+        target = " (issue 4 target: >= 1.5x)" if r["seeds"] == 1024 else ""
+        print(f"ours / PureJaxRL at {r['seeds']} seed(s): "
+              f"{r['steps_per_s'] / anchors[r['seeds']]:.2f}x{target}")
   if _OUT.value:
     with open(_OUT.value, "w") as f:
       json.dump({"device": str(device.device_kind), "steps_per_seed": steps,
