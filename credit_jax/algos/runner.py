@@ -145,6 +145,8 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print
   primary = jax.process_index() == 0
   if not primary:
     log = lambda _: None  # pylint: disable=unnecessary-lambda-assignment
+  seeds, total = int(config.seeds), train.num_updates
+  mesh = seed_mesh_for(seeds, log)   # None: one device, nothing sharded
   workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
   cfg_json = config_to_json(config)
@@ -159,7 +161,6 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print
           f"workdir {workdir} holds checkpoints of a different config ("
           + "; ".join(diffs) + "); use a fresh --workdir")
 
-  seeds, total = int(config.seeds), train.num_updates
   hp = train.default_hparams
   keys = jax.random.split(jax.random.PRNGKey(int(config.seed)), seeds)
   init, run = make_run_fns(train)
@@ -169,7 +170,6 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print
     raise algos.ConfigError(
         f"workdir {workdir} has a checkpoint at update {start}, past this config's "
         f"{total} updates; use a fresh --workdir")
-  mesh = seed_mesh_for(seeds, log)
   if start:
     target = jax.eval_shape(init, keys, hp)
     if mesh is not None:   # restored straight into its shards
