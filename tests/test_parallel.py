@@ -94,19 +94,10 @@ RUNNER_TWO_DEVICES = textwrap.dedent("""
 
 
 def tiny_runner_config():
-  """REINFORCE on a 6-step KeyChain, 4 seeds, 4 updates, a checkpoint after each."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  spec = importlib.util.spec_from_file_location(
-      "reinforce_keychain", os.path.join(REPO, "configs", "reinforce_keychain.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config("small")
-  c.env_kwargs.horizon = c.horizon = 6
-  c.env_kwargs.num_pivotal, c.env_kwargs.num_actions = 1, 2
-  c.num_envs, c.num_updates, c.seeds = 8, 4, 4
-  c.network.hidden_sizes = (16,)
-  c.chunk_updates = c.checkpoint_every = 1
-  return c
+  """test_algos' tiny REINFORCE (6-step KeyChain, 4 updates, a checkpoint after each) with
+  4 seeds."""
+  from test_algos import tiny_reinforce  # pylint: disable=g-import-not-at-top
+  return tiny_reinforce(seeds=4)
 
 
 def test_runner_shards_seeds_and_resumes_them_sharded(tmp_path):
