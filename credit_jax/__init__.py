@@ -3,6 +3,8 @@
 The public API is flat: `cj.gae`, `cj.lambda_returns`, `cj.group_advantages`,
 `cj.envs.make`, ... Submodules hold the implementations.
 """
+from credit_jax import threefry_cpu
+threefry_cpu.register()   # same random bits, no loop on CPU; see the module
 from credit_jax.types import PolicyFn, PresampledPolicy, Trajectory, to_batch_major
 from credit_jax import returns
 from credit_jax.returns import discounted_returns, gae, lambda_returns, td_errors
