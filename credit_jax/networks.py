@@ -70,6 +70,54 @@ class ColumnDense(nn.Dense):
 _COLUMN_HEAD_MAX = 8
 
 
+@jax.custom_jvp
+def _few_inputs_matmul(x: Array, kernel: Array) -> Array:
+  """`x @ kernel` for `x: [..., K]`, `kernel: [K, N]` with a small `K`, as `K` broadcast
+  multiply-adds, which XLA fuses with the bias and activation that follow; the tangent
+  (and so the gradient) keeps the dots."""
+  out = x[..., 0:1] * kernel[0]
+  for i in range(1, kernel.shape[0]):
+    out = out + x[..., i:i + 1] * kernel[i]
+  return out
+
+
+@_few_inputs_matmul.defjvp
+def _few_inputs_matmul_jvp(primals, tangents):
+  x, kernel = primals
+  x_dot, kernel_dot = tangents
+  # The kernel's tangent through a transposed copy of x, [K, rows]: transposed for the
+  # gradient, it is `x^T @ g` with x^T already laid out [K, rows], a plain product that
+  # XLA CPU gives to YNNPACK; from x itself it would contract x's major axis, which XLA
+  # runs in its generic dot (~60 -> ~20 us at 16 seeds x 128 rows x 4 -> 64). The
+  # barrier keeps XLA from folding the transpose back into the dot.
+  rows = x.reshape((-1, x.shape[-1]))
+  x_t = jax.lax.optimization_barrier(rows.T)                     # [K, rows]
+  kernel_term = (x_t.T @ kernel_dot).reshape(x.shape[:-1] + kernel_dot.shape[-1:])
+  return _few_inputs_matmul(x, kernel), x_dot @ kernel + kernel_term
+
+
+class RowDense(nn.Dense):
+  """`nn.Dense` (same parameters, names and init) for a layer with few inputs (<= 8).
+
+  The product is written as one broadcast multiply-add per input feature, so XLA fuses it
+  with the bias add and the activation after it; a tiny dot is a call of its own on
+  CPU. In the rollout (4 rows per seed and step, 16 vmapped seeds) this halves a 4 -> 64
+  -> 64 torso's forward time (31 -> 16 us per step). The gradient is computed with the
+  same dots as `nn.Dense`'s (a custom JVP), because as broadcast reductions it was slower.
+  """
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    kernel = self.param("kernel", self.kernel_init, (jnp.shape(x)[-1], self.features),
+                        self.param_dtype)
+    bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype)
+    return _few_inputs_matmul(x, kernel) + bias
+
+
+# Layers with at most this many input features use `RowDense`.
+_ROW_INPUT_MAX = 8
+
+
 class MLP(nn.Module):
   """Fully connected torso: `[..., D] -> [..., hidden_sizes[-1]]`."""
   hidden_sizes: Sequence[int]
@@ -78,8 +126,10 @@ class MLP(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     act = activation_fn(self.activation)
-    for size in self.hidden_sizes:
-      x = act(_dense(size, np.sqrt(2.0))(x))
+    for i, size in enumerate(self.hidden_sizes):
+      # Named as nn.Dense would auto-name them, whichever class computes the layer.
+      cls = RowDense if jnp.shape(x)[-1] <= _ROW_INPUT_MAX else nn.Dense
+      x = act(_dense(size, np.sqrt(2.0), f"Dense_{i}", cls)(x))
     return x
 
 
