@@ -64,6 +64,11 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per cell (after a warm
 _REJAX = flags.DEFINE_string("rejax_python", None,
                              "Python of a venv with rejax==0.1.3 and gymnax<1.0.")
 _OUT = flags.DEFINE_string("out", None, "Optional JSON file for the results.")
+_REJAX_THREEFRY = flags.DEFINE_bool(
+    "rejax_unrolled_threefry", False,
+    "Also run rejax with credit_jax's unrolled CPU threefry lowering "
+    "(credit_jax/threefry_cpu.py, which credit_jax applies to itself on import), as "
+    "extra rows; the ratio column still compares against plain rejax.")
 flags.DEFINE_integer("cpu_cores", 1, "CPU only: cores both systems may use (0: all); "
                      "applied before jax starts")
 flags.DEFINE_integer("cpu_devices", 1, "CPU only: CPU devices the seeds of both systems "
@@ -77,6 +82,13 @@ import jax, jax.numpy as jnp
 from rejax import PPO
 args = json.loads(sys.argv[1])
 steps = args["steps"]
+if args.get("threefry_module"):
+  # --rejax_unrolled_threefry: credit_jax's CPU lowering of threefry, loaded by path.
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("cj_threefry_cpu", args["threefry_module"])
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  assert module.register(), "the threefry lowering did not register"
 algo = PPO.create(
     env="CartPole-v1", num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4,
     learning_rate=2.5e-4, max_grad_norm=0.5, total_timesteps=steps, eval_freq=steps,
@@ -113,7 +125,7 @@ for seeds in args["seeds"]:
   returns = evaluate(ts, jax.random.split(jax.random.PRNGKey(1), seeds))
   run_s = statistics.median(times)
   cpu_s = statistics.median(cpu)
-  results.append({"system": "rejax 0.1.3 PPO", "seeds": seeds, "compile_s": compile_s,
+  results.append({"system": args["label"], "seeds": seeds, "compile_s": compile_s,
                   "run_s": run_s, "steps_per_s": seeds * steps / run_s, "cpu_s": cpu_s,
                   "steps_per_cpu_s": seeds * steps / cpu_s,
                   "final_return": float(returns.mean()),
@@ -189,8 +201,17 @@ def bench_ours(seed_counts, total_timesteps, repeats):
   return results, steps
 
 
-def bench_rejax(python, seed_counts, steps, repeats):
-  args = json.dumps({"seeds": seed_counts, "steps": steps, "repeats": repeats})
+REJAX_LABEL = "rejax 0.1.3 PPO"
+THREEFRY_LABEL = REJAX_LABEL + " + credit_jax's threefry lowering"
+
+
+def bench_rejax(python, seed_counts, steps, repeats, unrolled_threefry=False):
+  args = {"seeds": seed_counts, "steps": steps, "repeats": repeats, "label": REJAX_LABEL}
+  if unrolled_threefry:
+    args.update(label=THREEFRY_LABEL, threefry_module=os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), os.pardir, "credit_jax",
+        "threefry_cpu.py"))
+  args = json.dumps(args)
   proc = subprocess.run([python, "-c", REJAX_DRIVER, args], capture_output=True, text=True,
                         check=False)
   for line in proc.stdout.splitlines():
@@ -217,7 +238,13 @@ def main(argv):
     theirs, error = bench_rejax(_REJAX.value, seed_counts, steps, _REPEATS.value)
     if error:
       print(f"rejax did not run: {error}")
-  rows = ours + theirs
+  extra = []
+  if _REJAX.value and _REJAX_THREEFRY.value:
+    extra, extra_error = bench_rejax(_REJAX.value, seed_counts, steps, _REPEATS.value,
+                                     unrolled_threefry=True)
+    if extra_error:
+      print(f"rejax with the unrolled threefry lowering did not run: {extra_error}")
+  rows = ours + theirs + extra
   print(f"\nCartPole-v1 PPO, {steps} env steps per seed, median of {_REPEATS.value} runs\n")
   print("| system | seeds | compile (s) | run (s) | env steps/s | ratio vs rejax | "
         "env steps per CPU-s | ratio (CPU time) | final return (mean / worst seed) |")
@@ -230,6 +257,13 @@ def main(argv):
     print(f"| {r['system']} | {r['seeds']} | {r['compile_s']:.1f} | {r['run_s']:.2f} | "
           f"{r['steps_per_s']:.3g} | {ratio} | {r['steps_per_cpu_s']:.3g} | {cpu_ratio} | "
           f"{r['final_return']:.1f} / {r['final_return_min_seed']:.1f} |")
+  by_seeds_extra = {r["seeds"]: r for r in extra}
+  for r in ours:
+    if r["seeds"] in by_seeds_extra:
+      ref = by_seeds_extra[r["seeds"]]
+      print(f"ours / ({THREEFRY_LABEL}) at {r['seeds']} seed(s): "
+            f"{r['steps_per_s'] / ref['steps_per_s']:.2f}x wall, "
+            f"{r['steps_per_cpu_s'] / ref['steps_per_cpu_s']:.2f}x CPU time")
   if on_gpu:
     # ANCHORS.md: PureJaxRL's ppo.py on an H200, same configuration, compile excluded.
     anchors = {1024: 3.15e7, 1: 8.6e4}

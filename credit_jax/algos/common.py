@@ -250,8 +250,8 @@ def minibatch_epochs(loss_fn: Callable, params, opt_state, data, key: Array, *,
     return jnp.moveaxis(x, axis, 0)   # [M, ...]: scan over minibatches
 
   # Shuffling once per epoch inside the loop, not all epochs at once before it: hoisting
-  # the (then sort-based) shuffles and gathers out gave the same numbers but 1.2-1.8x the CPU time at one seed
-  # on CPU (in-process A/B), and no measurable gain at 16 seeds.
+  # the (then sort-based) shuffles and gathers out gave the same numbers but 1.2-1.8x
+  # the CPU time at one seed on CPU (in-process A/B), and no gain at 16 seeds.
   def epoch(carry, k):
     perm = shuffle_indices(k, size)
     return jax.lax.scan(step, carry, jax.tree.map(lambda x: split(x, perm), data))
