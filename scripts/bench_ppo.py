@@ -16,7 +16,11 @@ stochastic policy (rejax's own evaluation protocol; ours does the same through
 `rollout.collect_episodes`).
 
 rejax 0.1.3 needs `gymnax<1.0`, so it runs in its own virtual environment through
-`--rejax_python` (a subprocess running the driver below). Its periodic evaluation is
+`--rejax_python` (a subprocess running the driver below, which stays up and runs on
+request). The timed runs of the systems alternate (ours, rejax, rejax, ours, ...), so a
+drift of the machine's speed, which here reaches 20-30% within minutes, hits both alike;
+besides each system's median, the table gives the median of the per-round ratios. Its
+periodic evaluation is
 replaced by a no-op while timing so both sides time training only. Settings rejax fixes
 differently: it anneals nothing (constant lr), clips gradients elementwise, and keeps
 separate Adam states for actor and critic; ours anneals lr as PureJaxRL does.
@@ -96,41 +100,56 @@ algo = PPO.create(
     ent_coef=0.01, vf_coef=0.5,
     agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)})
 timed = algo.replace(eval_callback=lambda a, ts, rng: jnp.zeros(()))
-results = []
 devices = jax.devices()
-for seeds in args["seeds"]:
-  keys = jax.random.split(jax.random.PRNGKey(0), seeds)
-  if len(devices) > 1:
-    # Seeds split over the devices: init on one device, then shard, then train.
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-    sharding = NamedSharding(Mesh(devices, ("seeds",)), PartitionSpec("seeds"))
-    start = jax.device_put(jax.block_until_ready(jax.jit(jax.vmap(algo.init_state))(keys)),
-                           sharding)
-    fn = jax.jit(jax.vmap(lambda ts: timed.train(train_state=ts)[0]),
-                 in_shardings=sharding, out_shardings=sharding)
-  else:
-    start = keys
-    fn = jax.jit(jax.vmap(lambda k: timed.train(k)[0]))
-  t0 = time.perf_counter()
-  compiled = fn.lower(start).compile()
-  compile_s = time.perf_counter() - t0
-  ts = jax.block_until_ready(compiled(start))
-  times, cpu = [], []
-  for _ in range(args["repeats"]):
+
+
+def reply(obj):
+  print("REPLY " + json.dumps(obj), flush=True)
+
+
+# Requests, one JSON line each on stdin: prepare (compile a seed count, one warm-up run),
+# run (one timed run), finish (evaluate the last run's policies), quit.
+cell = {}
+for line in sys.stdin:
+  request = json.loads(line)
+  if request["cmd"] == "prepare":
+    seeds = request["seeds"]
+    keys = jax.random.split(jax.random.PRNGKey(0), seeds)
+    if len(devices) > 1:
+      # Seeds split over the devices: init on one device, then shard, then train.
+      from jax.sharding import Mesh, NamedSharding, PartitionSpec
+      sharding = NamedSharding(Mesh(devices, ("seeds",)), PartitionSpec("seeds"))
+      start = jax.device_put(
+          jax.block_until_ready(jax.jit(jax.vmap(algo.init_state))(keys)), sharding)
+      fn = jax.jit(jax.vmap(lambda ts: timed.train(train_state=ts)[0]),
+                   in_shardings=sharding, out_shardings=sharding)
+    else:
+      start = keys
+      fn = jax.jit(jax.vmap(lambda k: timed.train(k)[0]))
+    t0 = time.perf_counter()
+    compiled = fn.lower(start).compile()
+    compile_s = time.perf_counter() - t0
+    cell = {"seeds": seeds, "start": start, "compiled": compiled, "compile_s": compile_s,
+            "state": jax.block_until_ready(compiled(start)), "times": [], "cpu": []}
+    reply({"compile_s": compile_s})
+  elif request["cmd"] == "run":
     t0, c0 = time.perf_counter(), time.process_time()
-    ts = jax.block_until_ready(compiled(start))
-    times.append(time.perf_counter() - t0)
-    cpu.append(time.process_time() - c0)
-  evaluate = jax.jit(jax.vmap(lambda t, k: algo.eval_callback(algo, t, k)[1]))
-  returns = evaluate(ts, jax.random.split(jax.random.PRNGKey(1), seeds))
-  run_s = statistics.median(times)
-  cpu_s = statistics.median(cpu)
-  results.append({"system": args["label"], "seeds": seeds, "compile_s": compile_s,
-                  "run_s": run_s, "steps_per_s": seeds * steps / run_s, "cpu_s": cpu_s,
-                  "steps_per_cpu_s": seeds * steps / cpu_s,
-                  "final_return": float(returns.mean()),
-                  "final_return_min_seed": float(returns.mean(axis=1).min())})
-print("RESULTS " + json.dumps(results))
+    cell["state"] = jax.block_until_ready(cell["compiled"](cell["start"]))
+    cell["times"].append(time.perf_counter() - t0)
+    cell["cpu"].append(time.process_time() - c0)
+    reply({"run_s": cell["times"][-1], "cpu_s": cell["cpu"][-1]})
+  elif request["cmd"] == "finish":
+    seeds = cell["seeds"]
+    evaluate = jax.jit(jax.vmap(lambda t, k: algo.eval_callback(algo, t, k)[1]))
+    returns = evaluate(cell["state"], jax.random.split(jax.random.PRNGKey(1), seeds))
+    run_s, cpu_s = statistics.median(cell["times"]), statistics.median(cell["cpu"])
+    reply({"system": args["label"], "seeds": seeds, "compile_s": cell["compile_s"],
+           "run_s": run_s, "steps_per_s": seeds * steps / run_s, "cpu_s": cpu_s,
+           "steps_per_cpu_s": seeds * steps / cpu_s, "runs_s": cell["times"],
+           "final_return": float(returns.mean()),
+           "final_return_min_seed": float(returns.mean(axis=1).min())})
+  elif request["cmd"] == "quit":
+    break
 '''
 
 
@@ -148,26 +167,31 @@ def ppo_config(total_timesteps):
   return config
 
 
-def bench_ours(seed_counts, total_timesteps, repeats):
-  from credit_jax import algos, rollout  # pylint: disable=g-import-not-at-top
-  from credit_jax.algos import common  # pylint: disable=g-import-not-at-top
-  from credit_jax import networks, parallel  # pylint: disable=g-import-not-at-top
-  config = ppo_config(total_timesteps)
-  train = algos.make_train(config)
-  steps = train.num_updates * train.env_steps_per_update
-  env, env_params = common.make_env(config)
-  network, _ = common.make_network(config, env, env_params, value_head=True)
-  policy_fn = networks.make_policy_fn(network)
-  max_steps = int(env_params.max_steps_in_episode)
+class Ours:
+  """Our PPO, timed in this process: `prepare(seeds)`, `run()` repeatedly, `finish()`."""
 
-  def final_return(params, key):
-    traj = rollout.collect_episodes(env, env_params, policy_fn, params, key,
-                                    EVAL_EPISODES, max_steps)
-    return jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), axis=0).mean()
+  def __init__(self, total_timesteps):
+    from credit_jax import algos, rollout  # pylint: disable=g-import-not-at-top
+    from credit_jax.algos import common  # pylint: disable=g-import-not-at-top
+    from credit_jax import networks  # pylint: disable=g-import-not-at-top
+    config = ppo_config(total_timesteps)
+    self.train = algos.make_train(config)
+    self.steps = self.train.num_updates * self.train.env_steps_per_update
+    env, env_params = common.make_env(config)
+    network, _ = common.make_network(config, env, env_params, value_head=True)
+    policy_fn = networks.make_policy_fn(network)
+    max_steps = int(env_params.max_steps_in_episode)
 
-  devices = jax.devices()
-  results = []
-  for seeds in seed_counts:
+    def final_return(params, key):
+      traj = rollout.collect_episodes(env, env_params, policy_fn, params, key,
+                                      EVAL_EPISODES, max_steps)
+      return jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), axis=0).mean()
+    self.final_return = jax.jit(jax.vmap(final_return))
+    self.cell = {}
+
+  def prepare(self, seeds):
+    from credit_jax import parallel  # pylint: disable=g-import-not-at-top
+    train, devices = self.train, jax.devices()
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
     if len(devices) > 1:
       # Seeds split over the devices: init on one device, then shard (parallel.py).
@@ -182,42 +206,115 @@ def bench_ours(seed_counts, total_timesteps, repeats):
     t0 = time.perf_counter()
     compiled = fn.lower(start).compile()
     compile_s = time.perf_counter() - t0
-    state = jax.block_until_ready(compiled(start))
-    times, cpu = [], []
-    for _ in range(repeats):
-      t0, c0 = time.perf_counter(), time.process_time()
-      state = jax.block_until_ready(compiled(start))
-      times.append(time.perf_counter() - t0)
-      cpu.append(time.process_time() - c0)
-    returns = jax.jit(jax.vmap(final_return))(
-        state.params, jax.random.split(jax.random.PRNGKey(1), seeds))
-    run_s, cpu_s = statistics.median(times), statistics.median(cpu)
-    results.append({"system": "credit_jax PPO", "seeds": seeds, "compile_s": compile_s,
-                    "run_s": run_s, "steps_per_s": seeds * steps / run_s, "cpu_s": cpu_s,
-                    "steps_per_cpu_s": seeds * steps / cpu_s,
-                    "final_return": float(np.mean(returns)),
-                    "final_return_min_seed": float(np.min(returns))})
-    print(json.dumps(results[-1]), flush=True)
-  return results, steps
+    self.cell = {"seeds": seeds, "start": start, "compiled": compiled,
+                 "compile_s": compile_s, "times": [], "cpu": [],
+                 "state": jax.block_until_ready(compiled(start))}   # warm-up run
+
+  def run(self):
+    cell = self.cell
+    t0, c0 = time.perf_counter(), time.process_time()
+    cell["state"] = jax.block_until_ready(cell["compiled"](cell["start"]))
+    cell["times"].append(time.perf_counter() - t0)
+    cell["cpu"].append(time.process_time() - c0)
+    return cell["times"][-1]
+
+  def finish(self):
+    cell, seeds, steps = self.cell, self.cell["seeds"], self.steps
+    returns = self.final_return(cell["state"].params,
+                                jax.random.split(jax.random.PRNGKey(1), seeds))
+    run_s, cpu_s = statistics.median(cell["times"]), statistics.median(cell["cpu"])
+    return {"system": "credit_jax PPO", "seeds": seeds, "compile_s": cell["compile_s"],
+            "run_s": run_s, "steps_per_s": seeds * steps / run_s, "cpu_s": cpu_s,
+            "steps_per_cpu_s": seeds * steps / cpu_s, "runs_s": cell["times"],
+            "final_return": float(np.mean(returns)),
+            "final_return_min_seed": float(np.min(returns))}
 
 
 REJAX_LABEL = "rejax 0.1.3 PPO"
 THREEFRY_LABEL = REJAX_LABEL + " + credit_jax's threefry lowering"
 
 
-def bench_rejax(python, seed_counts, steps, repeats, unrolled_threefry=False):
-  args = {"seeds": seed_counts, "steps": steps, "repeats": repeats, "label": REJAX_LABEL}
-  if unrolled_threefry:
-    args.update(label=THREEFRY_LABEL, threefry_module=os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), os.pardir, "credit_jax",
-        "threefry_cpu.py"))
-  args = json.dumps(args)
-  proc = subprocess.run([python, "-c", REJAX_DRIVER, args], capture_output=True, text=True,
-                        check=False)
-  for line in proc.stdout.splitlines():
-    if line.startswith("RESULTS "):
-      return json.loads(line[len("RESULTS "):]), None
-  return [], (proc.stderr or proc.stdout)[-2000:]
+class Rejax:
+  """rejax's PPO in its own venv, a subprocess running `REJAX_DRIVER` that answers the
+  same `prepare` / `run` / `finish` requests."""
+
+  def __init__(self, python, steps, unrolled_threefry=False):
+    args = {"steps": steps, "label": REJAX_LABEL}
+    if unrolled_threefry:
+      args.update(label=THREEFRY_LABEL, threefry_module=os.path.join(
+          os.path.dirname(os.path.abspath(__file__)), os.pardir, "credit_jax",
+          "threefry_cpu.py"))
+    self.label = args["label"]
+    self.proc = subprocess.Popen([python, "-c", REJAX_DRIVER, json.dumps(args)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, bufsize=1)
+
+  def _ask(self, **request):
+    try:
+      self.proc.stdin.write(json.dumps(request) + "\n")
+      self.proc.stdin.flush()
+      for line in self.proc.stdout:
+        if line.startswith("REPLY "):
+          return json.loads(line[len("REPLY "):])
+    except BrokenPipeError:
+      pass   # it has exited; its stderr says why
+    raise RuntimeError(f"{self.label} stopped: {self.proc.stderr.read()[-2000:]}")
+
+  def prepare(self, seeds):
+    self._ask(cmd="prepare", seeds=seeds)
+
+  def run(self):
+    return self._ask(cmd="run")["run_s"]
+
+  def finish(self):
+    return self._ask(cmd="finish")
+
+  def close(self):
+    try:
+      self.proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
+      self.proc.stdin.close()
+    except (BrokenPipeError, ValueError):
+      pass
+    self.proc.wait(timeout=60)
+
+
+def bench(seed_counts, total_timesteps, repeats, rejax_python, rejax_threefry):
+  """Rows for every system and seed count, and the per-round ratios ours / each rejax."""
+  ours = Ours(total_timesteps)
+  others = []
+  rows, paired, errors = [], {}, []
+  for wanted, threefry in ((bool(rejax_python), False),
+                           (bool(rejax_python and rejax_threefry), True)):
+    if wanted:
+      try:
+        others.append(Rejax(rejax_python, ours.steps, unrolled_threefry=threefry))
+      except OSError as e:   # no such python: report ours anyway
+        errors.append(f"{rejax_python}: {e}")
+  try:
+    for seeds in seed_counts:
+      systems = [ours]
+      ours.prepare(seeds)
+      for other in others:
+        try:
+          other.prepare(seeds)
+          systems.append(other)
+        except RuntimeError as e:   # report ours anyway
+          errors.append(str(e))
+      times = {id(x): [] for x in systems}
+      for r in range(repeats):
+        # Alternate who goes first, so neither always runs right after the other.
+        for system in (systems if r % 2 == 0 else systems[::-1]):
+          times[id(system)].append(system.run())
+      rows.append(ours.finish())
+      print(json.dumps(rows[-1]), flush=True)
+      for other in systems[1:]:
+        rows.append(other.finish())
+        paired[(other.label, seeds)] = statistics.median(
+            [b / a for a, b in zip(times[id(ours)], times[id(other)])])
+  finally:
+    for other in others:
+      other.close()
+  return rows, ours.steps, paired, errors
 
 
 def main(argv):
@@ -232,38 +329,32 @@ def main(argv):
   print(f"device: {device.device_kind} ({device.platform}{split}), jax {jax.__version__}, "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, process cores {cores} "
         f"({'restricted' if PINNED else 'as started'})")
-  ours, steps = bench_ours(seed_counts, _STEPS.value, _REPEATS.value)
-  theirs, error = [], None
-  if _REJAX.value:
-    theirs, error = bench_rejax(_REJAX.value, seed_counts, steps, _REPEATS.value)
-    if error:
-      print(f"rejax did not run: {error}")
-  extra = []
-  if _REJAX.value and _REJAX_THREEFRY.value:
-    extra, extra_error = bench_rejax(_REJAX.value, seed_counts, steps, _REPEATS.value,
-                                     unrolled_threefry=True)
-    if extra_error:
-      print(f"rejax with the unrolled threefry lowering did not run: {extra_error}")
-  rows = ours + theirs + extra
-  print(f"\nCartPole-v1 PPO, {steps} env steps per seed, median of {_REPEATS.value} runs\n")
+  rows, steps, paired, errors = bench(seed_counts, _STEPS.value, _REPEATS.value,
+                                      _REJAX.value, _REJAX_THREEFRY.value)
+  for error in errors:
+    print(f"rejax did not run: {error}")
+  ours = [r for r in rows if r["system"].startswith("credit_jax")]
+  print(f"\nCartPole-v1 PPO, {steps} env steps per seed, median of {_REPEATS.value} runs "
+        f"(the systems' runs alternating)\n")
   print("| system | seeds | compile (s) | run (s) | env steps/s | ratio vs rejax | "
-        "env steps per CPU-s | ratio (CPU time) | final return (mean / worst seed) |")
-  print("|---|---|---|---|---|---|---|---|---|")
-  by_seeds = {r["seeds"]: r for r in theirs}
+        "paired ratio | env steps per CPU-s | ratio (CPU time) | "
+        "final return (mean / worst seed) |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
+  by_seeds = {r["seeds"]: r for r in rows if r["system"] == REJAX_LABEL}
   for r in rows:
     ref = by_seeds.get(r["seeds"]) if r["system"].startswith("credit_jax") else None
     ratio = f"{r['steps_per_s'] / ref['steps_per_s']:.2f}x" if ref else ""
     cpu_ratio = f"{r['steps_per_cpu_s'] / ref['steps_per_cpu_s']:.2f}x" if ref else ""
+    pair = paired.get((REJAX_LABEL, r["seeds"])) if ref else None
+    pair = f"{pair:.2f}x" if pair else ""
     print(f"| {r['system']} | {r['seeds']} | {r['compile_s']:.1f} | {r['run_s']:.2f} | "
-          f"{r['steps_per_s']:.3g} | {ratio} | {r['steps_per_cpu_s']:.3g} | {cpu_ratio} | "
-          f"{r['final_return']:.1f} / {r['final_return_min_seed']:.1f} |")
-  by_seeds_extra = {r["seeds"]: r for r in extra}
-  for r in ours:
-    if r["seeds"] in by_seeds_extra:
-      ref = by_seeds_extra[r["seeds"]]
-      print(f"ours / ({THREEFRY_LABEL}) at {r['seeds']} seed(s): "
-            f"{r['steps_per_s'] / ref['steps_per_s']:.2f}x wall, "
-            f"{r['steps_per_cpu_s'] / ref['steps_per_cpu_s']:.2f}x CPU time")
+          f"{r['steps_per_s']:.3g} | {ratio} | {pair} | {r['steps_per_cpu_s']:.3g} | "
+          f"{cpu_ratio} | {r['final_return']:.1f} / {r['final_return_min_seed']:.1f} |")
+  print("\nratio vs rejax: ours' median run against rejax's; paired ratio: the median over "
+        "rounds of rejax's run time / ours in the same round.")
+  for (label, seeds), ratio in paired.items():
+    if label != REJAX_LABEL:
+      print(f"ours against ({label}) at {seeds} seed(s): paired ratio {ratio:.2f}x")
   if on_gpu:
     # ANCHORS.md: PureJaxRL's ppo.py on an H200, same configuration, compile excluded.
     anchors = {1024: 3.15e7, 1: 8.6e4}
@@ -279,7 +370,9 @@ def main(argv):
     with open(_OUT.value, "w") as f:
       json.dump({"device": str(device.device_kind), "steps_per_seed": steps,
                  "xla_flags": os.environ.get("XLA_FLAGS", ""),
-                 "rows": rows, "rejax_error": error}, f, indent=2)
+                 "rows": rows, "paired_ratios": {f"{k[0]} @ {k[1]}": v
+                                                 for k, v in paired.items()},
+                 "rejax_errors": errors}, f, indent=2)
   sys.stdout.flush()
 
 
