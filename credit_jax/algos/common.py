@@ -169,7 +169,7 @@ def shuffle_indices(key: Array, size: int) -> Array:
   chi-square test for sizes 16, 64, 128, 200 and 512 (p 0.07-0.99), and for sizes 16,
   128, 300 and 512 the probability that two items share one of four minibatches, and that
   one comes before the other, deviates from its exact value by no more than binomial noise
-  across all pairs (z-scores with standard deviation 0.99-1.07).
+  across all pairs (z-scores with standard deviation 0.98-1.07).
 
   Why not a sort: `jax.random.permutation` sorts (random key, index) pairs, and even the
   single-operand sort of 512 packed random words used here before costs ~20 us on XLA
