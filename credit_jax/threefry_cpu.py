@@ -1,8 +1,8 @@
 """An unrolled CPU lowering of jax's Threefry-2x32 hash: the same bits, without a loop.
 
 On CPU, jax lowers `threefry2x32` (the hash behind `jax.random` with its default
-implementation) as a loop of five iterations of four rounds, which keeps compile times of
-programs with many random draws down. XLA runs such a loop as a `while` with its own
+implementation) as a loop of five iterations of four rounds (smaller programs to compile,
+presumably the reason). XLA runs such a loop as a `while` with its own
 loop-carried copies, several per iteration. In credit_jax's compiled training loops, where
 every update draws its rollout's noise and resets in bulk and splits a few keys, those
 loops were ~3% of a 16-seed PPO update on CartPole (in-process A/B, CPU time per update,
