@@ -40,6 +40,11 @@ def threefry2x32_unrolled(key1, key2, x1, x2):
 
   All four are uint32 arrays of one shape (`register`'s rule broadcasts them first).
   """
+  shapes = {jnp.shape(a) for a in (key1, key2, x1, x2)}
+  dtypes = {jnp.result_type(a) for a in (key1, key2, x1, x2)}
+  if len(shapes) != 1 or dtypes != {jnp.dtype(jnp.uint32)}:
+    raise ValueError(f"key1, key2, x1, x2 must be uint32 arrays of one shape, got "
+                     f"shapes {sorted(shapes)} and dtypes {sorted(map(str, dtypes))}")
   ks = (key1, key2, key1 ^ key2 ^ _PARITY)
   a, b = x1 + ks[0], x2 + ks[1]
   for group in range(_ROUND_GROUPS):

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.extend.random import threefry_2x32
 import numpy as np
+import pytest
 
 import credit_jax  # noqa: F401  (registers the lowering)
 from credit_jax import threefry_cpu
@@ -46,6 +47,14 @@ def test_known_answer_vectors_direct_and_through_jax():
     assert [int(v) for v in got] == list(out)
     via_jax = threefry_2x32(jnp.asarray(key, jnp.uint32), jnp.asarray(ctr, jnp.uint32))
     assert [int(v) for v in np.asarray(via_jax)] == list(out)
+
+
+def test_unrolled_rejects_mixed_shapes_and_dtypes():
+  u32 = lambda *shape: jnp.zeros(shape, jnp.uint32)
+  with pytest.raises(ValueError, match="one shape"):
+    threefry_cpu.threefry2x32_unrolled(u32(2), u32(2), u32(3), u32(3))
+  with pytest.raises(ValueError, match="uint32"):
+    threefry_cpu.threefry2x32_unrolled(u32(2), u32(2), u32(2), jnp.zeros(2, jnp.int32))
 
 
 def test_registered_and_no_loop_on_cpu():
