@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from credit_jax import fast_paths
 from credit_jax.types import PresampledPolicy
 
 Array = jax.Array
@@ -66,7 +67,7 @@ class ColumnDense(nn.Dense):
     return jnp.stack(columns, axis=-1) + bias
 
 
-# Policy heads with at most this many actions use `ColumnDense`.
+# With `fast_paths` on, policy heads with at most this many actions use `ColumnDense`.
 _COLUMN_HEAD_MAX = 8
 
 
@@ -116,12 +117,16 @@ class RowDense(nn.Dense):
     return _few_inputs_matmul(x, kernel) + bias
 
 
-# Layers with at most this many input features use `RowDense`.
+# With `fast_paths` on, layers with at most this many input features use `RowDense`.
 _ROW_INPUT_MAX = 8
 
 
 class MLP(nn.Module):
-  """Fully connected torso: `[..., D] -> [..., hidden_sizes[-1]]`."""
+  """Fully connected torso: `[..., D] -> [..., hidden_sizes[-1]]`.
+
+  `nn.Dense` layers; with `credit_jax.fast_paths` on when traced, a layer with <= 8
+  inputs is a `RowDense` (same parameters and names, so checkpoints do not depend on it).
+  """
   hidden_sizes: Sequence[int]
   activation: str = "tanh"
 
@@ -130,7 +135,8 @@ class MLP(nn.Module):
     act = activation_fn(self.activation)
     for i, size in enumerate(self.hidden_sizes):
       # Named as nn.Dense would auto-name them, whichever class computes the layer.
-      cls = RowDense if jnp.shape(x)[-1] <= _ROW_INPUT_MAX else nn.Dense
+      fast = fast_paths.enabled() and jnp.shape(x)[-1] <= _ROW_INPUT_MAX
+      cls = RowDense if fast else nn.Dense
       x = act(_dense(size, np.sqrt(2.0), f"Dense_{i}", cls)(x))
     return x
 
@@ -144,6 +150,7 @@ class ActorCritic(nn.Module):
   of the window gets its own weights, so a cue's age is part of what the policy sees.
   Returns `(logits: [..., num_actions], value: [...])`. With `value_head=False` the value
   is zeros (no parameters are created for it), so policy-only recipes carry no dead weights.
+  With `credit_jax.fast_paths` on when traced, a head of <= 8 actions is a `ColumnDense`.
   """
   num_actions: int
   hidden_sizes: Sequence[int] = (64, 64)
@@ -163,7 +170,8 @@ class ActorCritic(nn.Module):
     pi_h = MLP(self.hidden_sizes, self.activation, name="pi_torso")(x)
     # Heads named as nn.Dense would auto-name them, so parameter trees (and checkpoints)
     # do not depend on which class computes the logits.
-    head = ColumnDense if self.num_actions <= _COLUMN_HEAD_MAX else nn.Dense
+    fast = fast_paths.enabled() and self.num_actions <= _COLUMN_HEAD_MAX
+    head = ColumnDense if fast else nn.Dense
     logits = _dense(self.num_actions, 0.01, "Dense_0", head)(pi_h)
     if not self.value_head:
       return logits, jnp.zeros(logits.shape[:-1], jnp.float32)

@@ -11,13 +11,12 @@ loops were ~3% of a 16-seed PPO update on CartPole (in-process A/B, CPU time per
 `register()` makes jax lower `threefry2x32` on CPU to the twenty rounds written out, as it
 already does on GPU. The hash is the same function (tested against Random123's
 known-answer vectors and against jax's own lowering), so every random draw is unchanged;
-only the compiled code differs. It is called when `credit_jax` is imported; set the
-environment variable `CREDIT_JAX_ROLLED_THREEFRY=1` before that import to keep jax's
-loop. Lowerings registered here apply to programs compiled after the call, in this process.
+only the compiled code differs. Nothing here runs at import: `credit_jax.fast_paths.enable()`
+calls `register()` and `fast_paths.disable()` calls `unregister()`, which puts jax's own
+CPU lowering back. A lowering is process-wide and applies to programs lowered after the
+call; programs compiled before keep the code they were compiled with.
 """
 from __future__ import annotations
-
-import os
 
 import jax.numpy as jnp
 import numpy as np
@@ -57,15 +56,30 @@ def threefry2x32_unrolled(key1, key2, x1, x2):
   return a, b
 
 
+# jax's own CPU lowering rule for threefry2x32 (None: jax had none specific to CPU), saved
+# by `register` for `unregister`; `_UNKNOWN` when jax's table could not be read.
+_UNKNOWN = object()
+_saved_cpu_rule = _UNKNOWN
+
+
+def _cpu_lowerings():
+  """jax's table of CPU-specific lowering rules (a private dict), or None if this jax has
+  none where expected."""
+  try:
+    from jax._src.interpreters import mlir as mlir_internal  # pylint: disable=g-import-not-at-top
+    table = mlir_internal._platform_specific_lowerings  # pylint: disable=protected-access
+    return table["cpu"] if hasattr(table, "__getitem__") else None
+  except (ImportError, AttributeError, KeyError, TypeError):
+    return None
+
+
 def register() -> bool:
-  """Lowers jax's `threefry2x32` on CPU to `threefry2x32_unrolled`; returns whether it
-  did (False when `CREDIT_JAX_ROLLED_THREEFRY=1` or this jax lacks the public hooks).
+  """Lowers jax's `threefry2x32` on CPU to `threefry2x32_unrolled` from now on, in this
+  process; returns whether it did (False when this jax lacks the public hooks).
   Idempotent."""
-  global _registered
+  global _registered, _saved_cpu_rule
   if _registered:
     return True
-  if os.environ.get("CREDIT_JAX_ROLLED_THREEFRY", "") not in ("", "0"):
-    return False
   try:
     from jax.extend.random import threefry2x32_p  # pylint: disable=g-import-not-at-top
     from jax.interpreters import mlir  # pylint: disable=g-import-not-at-top
@@ -78,7 +92,38 @@ def register() -> bool:
     shape = np.broadcast_shapes(*(np.shape(a) for a in args))
     return threefry2x32_unrolled(*(jnp.broadcast_to(a, shape) for a in args))
 
+  table = _cpu_lowerings()
+  _saved_cpu_rule = _UNKNOWN if table is None else table.get(threefry2x32_p)
   mlir.register_lowering(threefry2x32_p, mlir.lower_fun(lower, multiple_results=True),
                          platform="cpu")
   _registered = True
+  return True
+
+
+def registered() -> bool:
+  """Whether the unrolled lowering is in force (registered and not undone)."""
+  return _registered
+
+
+def unregister() -> bool:
+  """Puts jax's own CPU lowering of `threefry2x32` back (for programs lowered from now on);
+  returns whether jax's lowering is in force afterwards.
+
+  It needs jax's rule saved by `register`, read from a private table of jax's
+  (`jax._src.interpreters.mlir._platform_specific_lowerings`). Where that table is
+  missing the unrolled lowering stays in force (the same bits; only the compiled code
+  differs) and this returns False. A no-op returning True when nothing is registered.
+  """
+  global _registered, _saved_cpu_rule
+  if not _registered:
+    return True
+  table = _cpu_lowerings()
+  if _saved_cpu_rule is _UNKNOWN or table is None:
+    return False
+  from jax.extend.random import threefry2x32_p  # pylint: disable=g-import-not-at-top
+  if _saved_cpu_rule is None:
+    table.pop(threefry2x32_p, None)   # back to jax's rule for every platform
+  else:
+    table[threefry2x32_p] = _saved_cpu_rule
+  _registered, _saved_cpu_rule = False, _UNKNOWN
   return True

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from credit_jax import envs, networks
+from credit_jax import envs, fast_paths, networks
 from credit_jax.algos import history
 
 Array = jax.Array
@@ -155,6 +155,9 @@ def _hash32(x: Array) -> Array:
 def shuffle_indices(key: Array, size: int) -> Array:
   """A random permutation `[size]` int32 of `0 .. size - 1`, without a sort.
 
+  `minibatch_epochs` shuffles with it when `credit_jax.fast_paths` is on, and with
+  `jax.random.permutation` otherwise (the two give different orders for the same key).
+
   A keyed bijection of `b = ceil(log2(size))`-bit integers applied to `0 .. size - 1`:
   an (unbalanced) Feistel network of `_SHUFFLE_ROUNDS` rounds on the high and low halves
   of the bits, each round XOR-ing one half with a hash of the other half and two random
@@ -223,7 +226,8 @@ def minibatch_epochs(loss_fn: Callable, params, opt_state, data, key: Array, *,
     data: pytree whose leaves share the batch axis `axis` (size divisible by
       `num_minibatches`); a minibatch keeps every other axis, e.g. time-major layouts
       stay time-major when `axis=1` splits whole episodes or groups.
-    key: shuffles each epoch (`shuffle_indices`).
+    key: shuffles each epoch (`jax.random.permutation`; `shuffle_indices` when
+      `credit_jax.fast_paths` is on when traced).
 
   Returns:
     `(params, opt_state, metrics)`: metrics are `loss`, `grad_norm` and the aux entries,
@@ -252,8 +256,10 @@ def minibatch_epochs(loss_fn: Callable, params, opt_state, data, key: Array, *,
   # Shuffling once per epoch inside the loop, not all epochs at once before it: hoisting
   # the (then sort-based) shuffles and gathers out gave the same numbers but 1.2-1.8x
   # the CPU time at one seed on CPU (in-process A/B), and no gain at 16 seeds.
+  shuffle = shuffle_indices if fast_paths.enabled() else jax.random.permutation
+
   def epoch(carry, k):
-    perm = shuffle_indices(k, size)
+    perm = shuffle(k, size)
     return jax.lax.scan(step, carry, jax.tree.map(lambda x: split(x, perm), data))
 
   (params, opt_state), m = jax.lax.scan(epoch, (params, opt_state),
