@@ -3,6 +3,7 @@
   python3 scripts/bench_ppo.py --rejax_python=/tmp/rejax_venv/bin/python
   python3 scripts/bench_ppo.py --seeds=1,16 --total_timesteps=500000
   python3 scripts/bench_ppo.py --seeds=16 --cpu_cores=0 --cpu_devices=2 --rejax_python=...
+  python3 scripts/bench_ppo.py --seeds=16 --fast_paths=on --rejax_python=...
 
 PureJaxRL's default CartPole configuration (4 envs x 128 steps, 4 epochs x 4 minibatches,
 lr 2.5e-4, gamma .99, lambda .95, clip .2, entropy .01, value .5, grad norm .5, 64-unit
@@ -14,6 +15,11 @@ same runs: on a shared machine wall time swings with other load, CPU time much l
 the final return: the mean undiscounted return of 128 fresh episodes per seed with the
 stochastic policy (rejax's own evaluation protocol; ours does the same through
 `rollout.collect_episodes`).
+
+Ours runs twice by default, compiled with `credit_jax.fast_paths` on and off (`--fast_paths`
+chooses): a row each, each with its ratios against rejax, plus the paired ratio of the
+two settings. The switch is read when a program is traced, so both compiled programs
+live side by side in this process.
 
 rejax 0.1.3 needs `gymnax<1.0`, so it runs in its own virtual environment through
 `--rejax_python` (a subprocess running the driver below, which stays up and runs on
@@ -71,8 +77,10 @@ _OUT = flags.DEFINE_string("out", None, "Optional JSON file for the results.")
 _REJAX_THREEFRY = flags.DEFINE_bool(
     "rejax_unrolled_threefry", False,
     "Also run rejax with credit_jax's unrolled CPU threefry lowering "
-    "(credit_jax/threefry_cpu.py, which credit_jax applies to itself on import), as "
+    "(credit_jax/threefry_cpu.py, one of credit_jax's opt-in fast paths), as "
     "extra rows; the ratio column still compares against plain rejax.")
+_FAST = flags.DEFINE_list("fast_paths", ["on", "off"],
+                          "Run our PPO with credit_jax.fast_paths on and/or off (a row each).")
 flags.DEFINE_integer("cpu_cores", 1, "CPU only: cores both systems may use (0: all); "
                      "applied before jax starts")
 flags.DEFINE_integer("cpu_devices", 1, "CPU only: CPU devices the seeds of both systems "
@@ -168,10 +176,11 @@ def ppo_config(total_timesteps):
 
 
 class Ours:
-  """Our PPO, timed in this process: `prepare(seeds)`, `run()` repeatedly, `finish()`."""
+  """Our PPO, timed in this process: `prepare(seeds)`, `run()` repeatedly, `finish()`;
+  traced and compiled with `credit_jax.fast_paths` on if `fast`, off otherwise."""
 
-  def __init__(self, total_timesteps):
-    from credit_jax import algos, rollout  # pylint: disable=g-import-not-at-top
+  def __init__(self, total_timesteps, fast):
+    from credit_jax import algos, fast_paths, rollout  # pylint: disable=g-import-not-at-top
     from credit_jax.algos import common  # pylint: disable=g-import-not-at-top
     from credit_jax import networks  # pylint: disable=g-import-not-at-top
     config = ppo_config(total_timesteps)
@@ -188,8 +197,15 @@ class Ours:
       return jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), axis=0).mean()
     self.final_return = jax.jit(jax.vmap(final_return))
     self.cell = {}
+    self.fast = bool(fast)
+    self.scope = lambda: fast_paths.use(self.fast)
+    self.label = f"credit_jax PPO, fast paths {'on' if self.fast else 'off'}"
 
   def prepare(self, seeds):
+    with self.scope():
+      self._prepare(seeds)
+
+  def _prepare(self, seeds):
     from credit_jax import parallel  # pylint: disable=g-import-not-at-top
     train, devices = self.train, jax.devices()
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
@@ -220,10 +236,11 @@ class Ours:
 
   def finish(self):
     cell, seeds, steps = self.cell, self.cell["seeds"], self.steps
-    returns = self.final_return(cell["state"].params,
-                                jax.random.split(jax.random.PRNGKey(1), seeds))
+    with self.scope():
+      returns = self.final_return(cell["state"].params,
+                                  jax.random.split(jax.random.PRNGKey(1), seeds))
     run_s, cpu_s = statistics.median(cell["times"]), statistics.median(cell["cpu"])
-    return {"system": "credit_jax PPO", "seeds": seeds, "compile_s": cell["compile_s"],
+    return {"system": self.label, "seeds": seeds, "compile_s": cell["compile_s"],
             "run_s": run_s, "steps_per_s": seeds * steps / run_s, "cpu_s": cpu_s,
             "steps_per_cpu_s": seeds * steps / cpu_s, "runs_s": cell["times"],
             "final_return": float(np.mean(returns)),
@@ -278,22 +295,25 @@ class Rejax:
     self.proc.wait(timeout=60)
 
 
-def bench(seed_counts, total_timesteps, repeats, rejax_python, rejax_threefry):
-  """Rows for every system and seed count, and the per-round ratios ours / each rejax."""
-  ours = Ours(total_timesteps)
+def bench(seed_counts, total_timesteps, repeats, rejax_python, rejax_threefry,
+          fast_settings=(True, False)):
+  """Rows for every system and seed count, and the per-round ratios: each rejax's time /
+  each of ours', and ours with the fast paths off / on."""
+  ours = [Ours(total_timesteps, fast) for fast in fast_settings]
   others = []
   rows, paired, errors = [], {}, []
   for wanted, threefry in ((bool(rejax_python), False),
                            (bool(rejax_python and rejax_threefry), True)):
     if wanted:
       try:
-        others.append(Rejax(rejax_python, ours.steps, unrolled_threefry=threefry))
+        others.append(Rejax(rejax_python, ours[0].steps, unrolled_threefry=threefry))
       except OSError as e:   # no such python: report ours anyway
         errors.append(f"{rejax_python}: {e}")
   try:
     for seeds in seed_counts:
-      systems = [ours]
-      ours.prepare(seeds)
+      systems = list(ours)
+      for mine in ours:
+        mine.prepare(seeds)
       for other in others:
         try:
           other.prepare(seeds)
@@ -305,16 +325,19 @@ def bench(seed_counts, total_timesteps, repeats, rejax_python, rejax_threefry):
         # Alternate who goes first, so neither always runs right after the other.
         for system in (systems if r % 2 == 0 else systems[::-1]):
           times[id(system)].append(system.run())
-      rows.append(ours.finish())
-      print(json.dumps(rows[-1]), flush=True)
-      for other in systems[1:]:
-        rows.append(other.finish())
-        paired[(other.label, seeds)] = statistics.median(
-            [b / a for a, b in zip(times[id(ours)], times[id(other)])])
+      for mine in ours:
+        rows.append(mine.finish())
+        print(json.dumps(rows[-1]), flush=True)
+      for other in ours[1:] + systems[len(ours):]:
+        if other not in ours:
+          rows.append(other.finish())
+        for mine in ours[:ours.index(other) if other in ours else len(ours)]:
+          paired[(mine.label, other.label, seeds)] = statistics.median(
+              [b / a for a, b in zip(times[id(mine)], times[id(other)])])
   finally:
     for other in others:
       other.close()
-  return rows, ours.steps, paired, errors
+  return rows, ours[0].steps, paired, errors
 
 
 def main(argv):
@@ -329,8 +352,13 @@ def main(argv):
   print(f"device: {device.device_kind} ({device.platform}{split}), jax {jax.__version__}, "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, process cores {cores} "
         f"({'restricted' if PINNED else 'as started'})")
+  fast_settings = []
+  for value in _FAST.value:
+    if value not in ("on", "off"):
+      raise app.UsageError(f"--fast_paths takes on and/or off, got {value!r}")
+    fast_settings.append(value == "on")
   rows, steps, paired, errors = bench(seed_counts, _STEPS.value, _REPEATS.value,
-                                      _REJAX.value, _REJAX_THREEFRY.value)
+                                      _REJAX.value, _REJAX_THREEFRY.value, fast_settings)
   for error in errors:
     print(f"rejax did not run: {error}")
   ours = [r for r in rows if r["system"].startswith("credit_jax")]
@@ -345,16 +373,17 @@ def main(argv):
     ref = by_seeds.get(r["seeds"]) if r["system"].startswith("credit_jax") else None
     ratio = f"{r['steps_per_s'] / ref['steps_per_s']:.2f}x" if ref else ""
     cpu_ratio = f"{r['steps_per_cpu_s'] / ref['steps_per_cpu_s']:.2f}x" if ref else ""
-    pair = paired.get((REJAX_LABEL, r["seeds"])) if ref else None
+    pair = paired.get((r["system"], REJAX_LABEL, r["seeds"])) if ref else None
     pair = f"{pair:.2f}x" if pair else ""
     print(f"| {r['system']} | {r['seeds']} | {r['compile_s']:.1f} | {r['run_s']:.2f} | "
           f"{r['steps_per_s']:.3g} | {ratio} | {pair} | {r['steps_per_cpu_s']:.3g} | "
           f"{cpu_ratio} | {r['final_return']:.1f} / {r['final_return_min_seed']:.1f} |")
   print("\nratio vs rejax: ours' median run against rejax's; paired ratio: the median over "
         "rounds of rejax's run time / ours in the same round.")
-  for (label, seeds), ratio in paired.items():
+  for (mine, label, seeds), ratio in paired.items():
     if label != REJAX_LABEL:
-      print(f"ours against ({label}) at {seeds} seed(s): paired ratio {ratio:.2f}x")
+      print(f"{mine} against ({label}) at {seeds} seed(s): paired ratio (its time / "
+            f"ours) {ratio:.2f}x")
   if on_gpu:
     # ANCHORS.md: PureJaxRL's ppo.py on an H200, same configuration, compile excluded.
     anchors = {1024: 3.15e7, 1: 8.6e4}
@@ -370,7 +399,7 @@ def main(argv):
     with open(_OUT.value, "w") as f:
       json.dump({"device": str(device.device_kind), "steps_per_seed": steps,
                  "xla_flags": os.environ.get("XLA_FLAGS", ""),
-                 "rows": rows, "paired_ratios": {f"{k[0]} @ {k[1]}": v
+                 "rows": rows, "paired_ratios": {f"{k[1]} / {k[0]} @ {k[2]}": v
                                                  for k, v in paired.items()},
                  "rejax_errors": errors}, f, indent=2)
   sys.stdout.flush()
