@@ -16,6 +16,7 @@ in credit_jax.algos.runner.
 import re
 import sys
 
+import cpu_affinity
 import distributed  # before credit_jax is imported: see that module for why
 import xla_cpu_flags  # before jax starts: see that module for why
 
@@ -35,11 +36,15 @@ except ValueError as _e:
 from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,g-bad-import-order
 from ml_collections import config_flags
 
+from credit_jax import fast_paths
 from credit_jax.algos import ConfigError, runner
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with a variant: configs/<name>.py[:variant].")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and metrics.")
+_FAST_PATHS = flags.DEFINE_bool(
+    "fast_paths", None, "credit_jax.fast_paths, CPU speed-ups (see that module); default "
+    "on when no accelerator is present, --nofast_paths turns them off.")
 flags.mark_flags_as_required(["config", "workdir"])
 distributed.define_flags(flags)
 
@@ -48,6 +53,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  fast = _FAST_PATHS.value
+  fast_paths.set_enabled(not cpu_affinity.accelerator_present() if fast is None else fast)
   try:
     runner.train_and_evaluate(_CONFIG.value, _WORKDIR.value, log=print)
   except ConfigError as e:
