@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import networks
+from credit_jax import fast_paths, networks
 
 
 def _init(net, obs):
@@ -47,13 +47,16 @@ def test_column_dense_is_dense_computed_by_columns():
     np.testing.assert_allclose(g_col, g_dense, rtol=1e-5, atol=1e-5)
 
 
-def test_small_and_large_action_heads_share_parameter_names():
-  # ColumnDense serves heads of <= 8 actions, nn.Dense larger ones; checkpoints see the
-  # same tree either way.
+@pytest.mark.parametrize("fast", [False, True])
+def test_small_and_large_action_heads_share_parameter_names(fast):
+  # With the fast paths on, ColumnDense serves heads of <= 8 actions and RowDense layers
+  # of <= 8 inputs; checkpoints see the same tree either way.
   for num_actions in (2, 9):
-    params = networks.ActorCritic(num_actions=num_actions).init(
-        jax.random.PRNGKey(0), jnp.zeros(4))["params"]
+    with fast_paths.use(fast):
+      params = networks.ActorCritic(num_actions=num_actions).init(
+          jax.random.PRNGKey(0), jnp.zeros(4))["params"]
     assert set(params) == {"pi_torso", "v_torso", "Dense_0", "Dense_1"}
+    assert set(params["pi_torso"]) == {"Dense_0", "Dense_1"}
     assert params["Dense_0"]["kernel"].shape == (64, num_actions)
 
 
