@@ -12,7 +12,9 @@ runs of `bench_ppo.py`. Each call runs `--updates_per_call` updates of
 `configs/ppo_cartpole.py` for `--num_seeds` vmapped seeds, continuing from the previous
 call.
 For more than one seed the XLA CPU scheduler flag of `xla_cpu_flags` is set, as
-bench_ppo.py does.
+bench_ppo.py does. Both variants are compiled with `credit_jax.fast_paths` on
+(`--fast_paths=off`: off); revisions from before the switch existed use their fast paths
+unconditionally except the threefry lowering, which only the switch turns on.
 """
 import os
 import re
@@ -31,12 +33,15 @@ import time
 from absl import app, flags
 import jax
 
+from credit_jax import fast_paths
 from credit_jax.algos import ppo
 
 _REV = flags.DEFINE_string("rev", "HEAD", "Git revision of the old variant.")
 _SEEDS_FLAG = flags.DEFINE_integer("num_seeds", 16, "Vmapped seeds.")
 _UPDATES = flags.DEFINE_integer("updates_per_call", 8, "Updates per compiled call.")
 _ROUNDS = flags.DEFINE_integer("rounds", 15, "Alternating rounds (one call each).")
+_FAST = flags.DEFINE_enum("fast_paths", "on", ["on", "off"],
+                          "credit_jax.fast_paths while both variants are compiled.")
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 # The PPO update's modules, each after those it imports.
@@ -85,8 +90,9 @@ def main(argv):
   del argv
   seeds, updates = _SEEDS_FLAG.value, _UPDATES.value
   old_ppo = load_old_ppo(_REV.value)
-  variants = {"old": compiled_updates(old_ppo.make_train, seeds, updates),
-              "new": compiled_updates(ppo.make_train, seeds, updates)}
+  with fast_paths.use(_FAST.value == "on"):
+    variants = {"old": compiled_updates(old_ppo.make_train, seeds, updates),
+                "new": compiled_updates(ppo.make_train, seeds, updates)}
   states = {n: jax.block_until_ready(fn(s)) for n, (fn, s) in variants.items()}
   cpu = {n: [] for n in variants}
   for r in range(_ROUNDS.value):

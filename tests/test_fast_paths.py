@@ -13,13 +13,15 @@ from credit_jax.algos import common
 
 
 def test_off_by_default_and_use_restores():
+  # Where jax's lowering table cannot be read, the threefry lowering stays once registered.
+  restorable = threefry_cpu._cpu_lowerings() is not None  # pylint: disable=protected-access
   assert not fast_paths.enabled()
   with fast_paths.use():
     assert fast_paths.enabled() and threefry_cpu.registered()
     with fast_paths.use(False):
-      assert not fast_paths.enabled() and not threefry_cpu.registered()
+      assert not fast_paths.enabled() and threefry_cpu.registered() != restorable
     assert fast_paths.enabled() and threefry_cpu.registered()
-  assert not fast_paths.enabled() and not threefry_cpu.registered()
+  assert not fast_paths.enabled() and threefry_cpu.registered() != restorable
   with pytest.raises(KeyError):
     with fast_paths.use(True):
       raise KeyError("restored on the way out too")

@@ -74,11 +74,16 @@ def test_registered_by_the_switch_and_undone():
     assert fast_paths.enabled() and threefry_cpu.registered()
     assert threefry_cpu.register()   # idempotent; True once registered
     ours = _lowered_text(bits, key)
-  assert not fast_paths.enabled() and not threefry_cpu.registered()
-  assert _lowered_text(bits, key) == plain        # jax's own lowering is back
+  assert not fast_paths.enabled()
   if jax.default_backend() == "cpu":
     assert "while" in plain and "while" not in ours
-  assert threefry_cpu.unregister()   # a no-op when nothing is registered
+  # jax's own lowering is back where its lowering table can be read (a private dict of
+  # jax's, there in jax 0.10); otherwise the unrolled one stays and says so.
+  restorable = threefry_cpu._cpu_lowerings() is not None  # pylint: disable=protected-access
+  assert threefry_cpu.registered() != restorable
+  assert (_lowered_text(bits, key) == plain) == restorable
+  if restorable:
+    assert threefry_cpu.unregister()   # a no-op when nothing is registered
 
 
 def _draws(which: str):
