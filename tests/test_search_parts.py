@@ -1,5 +1,5 @@
 """Tests for the parts of credit_jax.search on their own: selection rules on hand-computed
-scores, the descent on a hand-built tree, backup against a plain NumPy walk up random
+scores (Gumbel's root schedule included), the descent on a hand-built tree, backup against a plain NumPy walk up random
 trees, and best-trajectory tracking, path extraction and replay on hand-built trees."""
 import jax
 import jax.numpy as jnp
@@ -232,17 +232,54 @@ def test_a_rule_passed_as_a_function_is_the_named_rule():
   np.testing.assert_array_equal(outs[0].trajectory.actions, [[2, 2], [1, 1], [2, 2]])
 
 
-def test_gumbel_rule_finds_the_best_arm_and_exploits_it():
+def test_sequential_halving_schedule_by_hand():
+  table = selection.considered_visits(4, 16)
+  # m = 4: ceil(log2 4) = 2 rounds; 16 // (2 * 4) = 2 visits each to all 4, then
+  # 16 // (2 * 2) = 4 visits each to the best 2 (visits 2..5), in turn.
+  np.testing.assert_array_equal(table[4], [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5])
+  # m = 3: 16 // 6 = 2 visits each to 3, then 4 each to the best 2, cut at 16.
+  np.testing.assert_array_equal(table[3], [0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6])
+  np.testing.assert_array_equal(table[1], np.arange(16))  # one slot: every visit its own
+
+
+def test_gumbel_root_scores_by_hand():
+  root = selection.gumbel.root
+  prior = jnp.full((4,), 0.25)
+  value_sum = jnp.array([0.1, 0.9, 0.3, 0.5])
+  noise = jnp.array([0.0, 0.5, 0.0, 3.0])
+  # Simulation 4 of 12 (schedule [0, 0, 0, 0, 1, 1, 2, 2, ...]): every slot with 1 visit
+  # is eligible; q normalised [0, 1, .25, .5], sigma = (50 + 1) * 0.1 * that.
+  scores = root(jnp.ones(4), value_sum, prior, noise, jnp.int32(4), 12)
+  np.testing.assert_allclose(
+      scores, noise + np.log(0.25) + 5.1 * np.array([0, 1, 0.25, 0.5]), rtol=1e-5)
+  # Simulation 11 (schedule value 4): only the slot with 4 visits may be visited.
+  visits = jnp.array([1.0, 5.0, 1.0, 4.0])
+  scores = np.asarray(root(visits, value_sum * visits, prior, noise, jnp.int32(11), 12))
+  assert np.isneginf(scores[[0, 1, 2]]).all() and np.isfinite(scores[3])
+  # After the search (simulation = 12): the best of the most visited slots.
+  scores = np.asarray(root(visits, value_sum * visits, prior, noise, 12, 12))
+  assert np.isfinite(scores[1]) and np.isneginf(scores[[0, 2, 3]]).all()
+
+
+def test_gumbel_search_halves_at_the_root_and_finds_the_best():
   bandit = Bandit()
   obs, states = jax.vmap(bandit.reset, (0, None))(jax.random.split(jax.random.PRNGKey(0), 2),
                                                    bandit.default_params)
   fn = jax.jit(search_lib.make_search(bandit, lambda p, o: jnp.zeros((4,)), num_simulations=12,
                                       max_depth=1, selection="gumbel"))
   out = fn(None, bandit.default_params, jax.random.PRNGKey(0), states, obs)
+  # 12 simulations over 4 arms: one visit each, then the best two by g + log prior +
+  # sigma(q) get 4 more each (schedule [0]*4 + [1, 1, 2, 2, 3, 3, 4, 4]).
+  np.testing.assert_array_equal(np.sort(out.root_visits, 1), [[1, 1, 5, 5]] * 2)
+  np.testing.assert_array_equal(out.root_visits[:, 1], [5, 5])
   np.testing.assert_array_equal(out.root_action, [1, 1])
-  # Visit 1: nothing visited, scores = prior, arm 0. Visit 2: every completed q is 0.1, so
-  # pi' = prior and arm 0's 1 / 2 visit share sends it to arm 1 (q 0.9). Then completed q
-  # [0.1, 0.9, 0.5, 0.5] normalise to [0, 1, .5, .5], sigma = 5.1 * that, pi'(arm 1) =
-  # 0.86 > its visit share 1 / 3 + pi'(arm 2) = 0.07, and pi'(1) only grows: the rule
-  # exploits (Gumbel MuZero explores at the root with noise, not here).
-  np.testing.assert_array_equal(out.root_visits, [[1, 11, 0, 0]] * 2)
+  # The tree with value-only leaves: the root keeps two slots to the end, so the lure
+  # (0.1 at once for action 0) cannot take every visit, and the 1.0 path is found.
+  env = DeterministicTree()
+  obs, states = jax.vmap(env.reset, (0, None))(jax.random.split(jax.random.PRNGKey(0), 2),
+                                                env.default_params)
+  fn = jax.jit(search_lib.make_search(env, hinted_logits, num_simulations=32, max_depth=3,
+                                      selection="gumbel", rollout_depth=0))
+  out = fn(None, env.default_params, jax.random.PRNGKey(0), states, obs)
+  np.testing.assert_array_equal(out.trajectory.actions, [[2, 2], [1, 1], [2, 2]])
+  np.testing.assert_array_equal(out.root_action, [2, 2])

@@ -3,8 +3,8 @@
 One simulation, for every root of the batch at once:
 
   1. selection (`selection.py`): from the root, a pluggable rule (PUCT, UCB1, Gumbel, or
-     your own) over valid slots until an unexpanded slot or a node that cannot be
-     expanded (episode ended, depth cap);
+     your own; a rule may bring its own root rule) over valid slots until an unexpanded
+     slot or a node that cannot be expanded (episode ended, depth cap);
   2. expansion (`model.py`, `tree.py`): one environment step from the parent's stored
      state, written as a new node;
   3. evaluation (`model.py`): a greedy or sampled policy rollout to the end of the
@@ -32,22 +32,38 @@ from credit_jax.search import extract
 from credit_jax.search import selection as selection_lib
 from credit_jax.search.model import (ActionMaskFn, EnvModel, LogitsFn, ValueFn, check_roots,
                                      make_env_model)
-from credit_jax.search.tree import (PRIOR, NewNodes, SearchOutput, SearchStats, SearchTree,
-                                    add_nodes, init_tree, new_slots, root_statistics)
+from credit_jax.search.tree import (PRIOR, VALUE_SUM, VISITS, NewNodes, SearchOutput,
+                                    SearchStats, SearchTree, add_nodes, init_tree, new_slots,
+                                    root_statistics)
 
 
-def _simulation(model: EnvModel, rule, params, env_params, keys, exploration, discount, *,
-                num_slots: int, sampled_slots: bool):
+def _descend(rule, tree: SearchTree, root_noise, exploration, *, sampled_slots: bool,
+             num_simulations: int):
+  """Every root's descent (`selection.select` vmapped); `rule.root`, if any, at the root."""
+  root_rule = getattr(rule, "root", None)
+
+  def one(edge_action, edges, root_done, noise):
+    root_scores = None
+    if root_rule is not None:
+      def root_scores(e):
+        return root_rule(e[:, VISITS], e[:, VALUE_SUM], e[:, PRIOR], noise,
+                         e[:, VISITS].sum().astype(jnp.int32), num_simulations)
+    return selection_lib.select(rule, edge_action, edges, root_done, exploration,
+                                sampled_slots=sampled_slots, root_scores=root_scores)
+  return jax.vmap(one)(tree.edge_action, tree.edges, tree.done[:, 0], root_noise)
+
+
+def _simulation(model: EnvModel, rule, params, env_params, keys, root_noise, exploration,
+                discount, *, num_slots: int, sampled_slots: bool, num_simulations: int):
   """The body `(sim, (tree, best, stats)) -> (tree, best, stats)` of the simulation loop."""
   env_keys, slot_keys, roll_keys = keys
 
   def one(sim, carry):
     tree, best, stats = carry
     b = jnp.arange(env_keys.shape[0])
-    node, slot, action, expand = jax.vmap(
-        lambda ea, e, d: selection_lib.select(rule, ea, e, d, exploration,
-                                              sampled_slots=sampled_slots))(
-            tree.edge_action, tree.edges, tree.done[:, 0])
+    node, slot, action, expand = _descend(rule, tree, root_noise, exploration,
+                                          sampled_slots=sampled_slots,
+                                          num_simulations=num_simulations)
 
     # Expansion: one env step from the parent's stored state.
     parent_state = jax.tree.map(lambda x: x[b, node], tree.state)
@@ -103,8 +119,9 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
     action_mask_fn: optional `env_state -> [A] bool`; False actions are never expanded or
       rolled out. Every non-terminal state must allow at least one action.
     selection: "puct" (prior-weighted), "ucb1" (tries every slot once first), "gumbel"
-      (Gumbel MuZero's deterministic rule), or a function with the selection-rule
-      signature (`credit_jax/search/selection.py`).
+      (Gumbel MuZero: sequential halving over Gumbel-perturbed slots at the root, the
+      deterministic rule below), or a function with the selection-rule signature
+      (`credit_jax/search/selection.py`).
     branching: None to expand all `A` actions per node, else this many distinct actions
       sampled from the policy per node (Gumbel top-k).
     rollout: "greedy" or "sample" leaf rollouts.
@@ -145,10 +162,15 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
     actions, records = jax.vmap(lambda m, k: new_slots(m, k, num_slots, sampled))(
         masked, root_keys)
     tree = init_tree(root_states, actions, records, num_nodes)
+    # The root slots' Gumbel noise, for a rule with a root rule: the noise that sampled
+    # the slots under `branching`, so both see the same draw.
+    root_noise = jax.vmap(lambda m, k, a: jax.random.gumbel(k, m.shape)[a])(
+        masked, root_keys, actions)
     zeros = jnp.zeros((batch,), jnp.int32)
     stats = SearchStats(zeros, zeros, zeros, jnp.zeros((batch,), bool))
     body = _simulation(model, rule, params, env_params, (env_keys, slot_keys, roll_keys),
-                       exploration, discount, num_slots=num_slots, sampled_slots=sampled)
+                       root_noise, exploration, discount, num_slots=num_slots,
+                       sampled_slots=sampled, num_simulations=num_simulations)
     tree, best, stats = jax.lax.fori_loop(0, num_simulations, body,
                                           (tree, extract.no_episode(roll_keys), stats))
 
@@ -156,7 +178,13 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
     total_reward = traj.rewards.sum(0)
     complete = (traj.terminated | traj.truncated).any(0)
     stats = stats._replace(success=complete & (total_reward >= success_threshold))
-    root_action, root_visits, root_q = root_statistics(tree, num_actions)
+    root_scores = None
+    if getattr(rule, "root", None) is not None:  # the rule's final choice at the root
+      e = tree.edges[:, 0]
+      root_scores = jax.vmap(lambda v, w, p, g: rule.root(v, w, p, g, num_simulations,
+                                                          num_simulations))(
+          e[..., VISITS], e[..., VALUE_SUM], e[..., PRIOR], root_noise)
+    root_action, root_visits, root_q = root_statistics(tree, num_actions, root_scores)
     return SearchOutput(
         trajectory=traj, total_reward=total_reward,
         length=traj.valid.sum(0).astype(jnp.int32), complete=complete,

@@ -13,7 +13,7 @@ rather than in an array of its own. Every write here is a single-node scatter.
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -101,7 +101,7 @@ class SearchOutput(NamedTuple):
   total_reward: Array     # [B] float32, undiscounted reward of that episode
   length: Array           # [B] int32, its number of steps
   complete: Array         # [B] bool, it ended by terminated or truncated (not a depth bound)
-  root_action: Array      # [B] int32, most visited root action
+  root_action: Array      # [B] int32, most visited root action (or the rule's root choice)
   root_visits: Array      # [B, A] int32, visits of each root action (0 where not a slot)
   root_q: Array           # [B, A] float32, mean r + discount * V per root action (0 unvisited)
   stats: SearchStats
@@ -226,16 +226,19 @@ def add_nodes(tree: SearchTree, new: NewNodes, expand: Array, *,
   return tree, node
 
 
-def root_statistics(tree: SearchTree, num_actions: int) -> tuple:
+def root_statistics(tree: SearchTree, num_actions: int,
+                    root_scores: Optional[Array] = None) -> tuple:
   """`(root_action [B], root_visits [B, A] int32, root_q [B, A] float32)` of a tree batch.
 
-  root_action is the most visited root slot's action; visits and mean returns are
-  scattered from slots to actions (0 for actions without a slot or visit).
+  root_action is the action of the root slot with the highest `root_scores` ([B, K]),
+  by default the most visited; visits and mean returns are scattered from slots to
+  actions (0 for actions without a slot or visit).
   """
   root = tree.edges[:, 0]
   visits = root[..., VISITS]
   q = jnp.where(visits > 0, root[..., VALUE_SUM] / jnp.maximum(visits, 1.0), 0.0)
   slot_actions = tree.edge_action[:, 0]
   scatter = jax.vmap(lambda a, v: jnp.zeros((num_actions,), v.dtype).at[a].add(v))
-  root_action = jnp.take_along_axis(slot_actions, jnp.argmax(visits, 1)[:, None], 1)[:, 0]
+  scores = visits if root_scores is None else root_scores
+  root_action = jnp.take_along_axis(slot_actions, jnp.argmax(scores, 1)[:, None], 1)[:, 0]
   return root_action, scatter(slot_actions, visits.astype(jnp.int32)), scatter(slot_actions, q)
