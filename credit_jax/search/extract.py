@@ -60,7 +60,7 @@ def path_actions(tree: SearchTree, node: Array, max_depth: int) -> Array:
     return parent, actions.at[at].set(tree.action[n])
   _, path = jax.lax.fori_loop(0, max_depth, path_step,
                               (node, jnp.zeros((max_depth + 1,), jnp.int32)))
-  return path[:max_depth]
+  return path[:max_depth]  # the spare cell dropped
 
 
 def replay_episode(model: EnvModel, params: Any, env_params: Any, tree: SearchTree,

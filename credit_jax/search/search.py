@@ -42,7 +42,7 @@ def _descend(rule, tree: SearchTree, root_noise, exploration, *, sampled_slots: 
   """Every root's descent (`selection.select` vmapped); `rule.root`, if any, at the root."""
   root_rule = getattr(rule, "root", None)
 
-  def one(edge_action, edges, root_done, noise):
+  def one(edge_action, edges, root_done, noise=None):
     root_scores = None
     if root_rule is not None:
       def root_scores(e):
@@ -50,7 +50,8 @@ def _descend(rule, tree: SearchTree, root_noise, exploration, *, sampled_slots: 
                          e[:, VISITS].sum().astype(jnp.int32), num_simulations)
     return selection_lib.select(rule, edge_action, edges, root_done, exploration,
                                 sampled_slots=sampled_slots, root_scores=root_scores)
-  return jax.vmap(one)(tree.edge_action, tree.edges, tree.done[:, 0], root_noise)
+  args = (tree.edge_action, tree.edges, tree.done[:, 0])
+  return jax.vmap(one)(*args) if root_rule is None else jax.vmap(one)(*args, root_noise)
 
 
 def _simulation(model: EnvModel, rule, params, env_params, keys, root_noise, exploration,
@@ -164,8 +165,10 @@ def make_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_depth: in
     tree = init_tree(root_states, actions, records, num_nodes)
     # The root slots' Gumbel noise, for a rule with a root rule: the noise that sampled
     # the slots under `branching`, so both see the same draw.
-    root_noise = jax.vmap(lambda m, k, a: jax.random.gumbel(k, m.shape)[a])(
-        masked, root_keys, actions)
+    root_noise = None
+    if getattr(rule, "root", None) is not None:
+      root_noise = jax.vmap(lambda m, k, a: jax.random.gumbel(k, m.shape)[a])(
+          masked, root_keys, actions)
     zeros = jnp.zeros((batch,), jnp.int32)
     stats = SearchStats(zeros, zeros, zeros, jnp.zeros((batch,), bool))
     body = _simulation(model, rule, params, env_params, (env_keys, slot_keys, roll_keys),
