@@ -26,11 +26,11 @@ Rules:
           other constants. Below the root it exploits: once a slot's q stands out, sigma
           grows with the visits and the improved policy keeps it. The exploration is at
           the root (`gumbel.root`): each root slot carries Gumbel noise g (the same noise
-          that samples the slots under `branching`), the first simulations visit the
-          `m = min(max_considered, valid slots)` slots with the largest `g + log prior`,
-          and sequential halving then keeps revisiting the better half by
-          `g + log prior + sigma(completed q)`, each round giving every remaining slot
-          equal visits (`considered_visits`), until two are left.
+          that samples the slots under `branching`); a first round visits
+          `m = min(max_considered, valid slots)` slots, best first by
+          `g + log prior + sigma(completed q)`, and sequential halving then keeps the
+          better half by that score, each round giving every remaining slot equal visits
+          (`considered_visits`), until two are left.
 
 A rule may carry a root rule as its attribute `root`,
 
@@ -41,7 +41,6 @@ used at the root instead of the rule itself; `noise` is the root slots' Gumbel n
 `simulation` the index of the current simulation. Called once more after the search with
 `simulation = num_simulations`, its argmax is the search's `root_action` (Gumbel: the best
 of the most visited slots by `g + log prior + sigma`).
-
 """
 from __future__ import annotations
 
