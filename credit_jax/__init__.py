@@ -17,9 +17,9 @@ from credit_jax.baselines import (RunningBaseline, group_advantages,
 from credit_jax import envs, rollout
 from credit_jax import hindsight, replay
 from credit_jax import diagnostics
-from credit_jax import search, search_mctx
-from credit_jax.search import SearchOutput, SearchStats, SearchTree, make_search
-from credit_jax.search_mctx import make_mctx_search
+from credit_jax import search
+from credit_jax.search import (SearchOutput, SearchStats, SearchTree, make_mctx_search,
+                               make_search)
 from credit_jax import fast_paths, networks, algos, parallel
 from credit_jax.algos import make_train
 

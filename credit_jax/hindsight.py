@@ -4,7 +4,7 @@ Everything here is a pure, jittable transformation of time-major trajectories fr
 goal environment (BitFlip-v0, GoalGrid-v0, TextEdit-v0; see `credit_jax/envs/goal.py`),
 so the on-policy recipes and the off-policy learner share it:
 
-  env = hindsight.DesiredGoalWrapper(env)            # adds info["desired_goal"]
+  env = envs.DesiredGoalWrapper(env)                 # adds info["desired_goal"]
   traj = rollout.collect_episodes(env, ...)          # [T, B]
   out = hindsight.relabel(env, traj, key, strategy="future", num_goals=4,
                           relabel_weight=hindsight.relabel_schedule(success, 1.0, 0.5))
@@ -50,35 +50,12 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from gymnax.wrappers.purerl import GymnaxWrapper
 
 from credit_jax.types import Trajectory
 
 Array = jax.Array
 STRATEGIES = ("final", "episode", "future")
 _NEEDED_INFO = ("achieved_goal", "goal_checked", "desired_goal", "prev_achieved_goal")
-
-
-class DesiredGoalWrapper(GymnaxWrapper):
-  """A goal environment whose `step` also reports the episode's goal.
-
-  Adds `info["desired_goal"]` ([*goal_shape] int32), the goal of the episode the step
-  belongs to, and `info["prev_achieved_goal"]`, what was achieved before the step (both
-  read from the state before the step, so an auto-reset does not shift them). `relabel`
-  needs the first to name the goal each example was relabeled from and the second to
-  tell what an episode had achieved before acting. Everything else (reset, attributes
-  such as `goal_reward` and `obs_with_goal`) is the wrapped env's.
-  """
-
-  def reset(self, key: Array, params: Any = None):
-    return self._env.reset(key, params)
-
-  def step(self, key: Array, state: Any, action: Any, params: Any = None):
-    obs, new_state, reward, terminated, truncated, info = self._env.step(
-        key, state, action, params)
-    info = {**info, "desired_goal": self._env.desired_goal(state),
-            "prev_achieved_goal": self._env.achieved_goal(state)}
-    return obs, new_state, reward, terminated, truncated, info
 
 
 class Relabeled(NamedTuple):
@@ -199,7 +176,7 @@ def _check_traj(env: Any, traj: Trajectory) -> None:
   if missing:
     raise ValueError(
         f"traj.info lacks {missing}: collect from a goal environment wrapped in "
-        f"hindsight.DesiredGoalWrapper (goal envs report achieved_goal/goal_checked)")
+        f"credit_jax.envs.DesiredGoalWrapper (goal envs report achieved_goal/goal_checked)")
   lead = traj.rewards.shape
   if len(lead) < 1:
     raise ValueError(f"traj.rewards must be [T, B...], got shape {lead}")
@@ -298,7 +275,7 @@ def relabel(env: Any, traj: Trajectory, key: Array, *, strategy: str,
       `goal_shape`, `goal_reward` and `obs_with_goal`.
     traj: Trajectory [T, B...] with flat obs [T, B..., D] and info entries
       "achieved_goal", "desired_goal", "prev_achieved_goal" ([T, B..., *goal_shape];
-      `DesiredGoalWrapper` adds the last two) and "goal_checked" ([T, B...] bool).
+      `envs.DesiredGoalWrapper` adds the last two) and "goal_checked" ([T, B...] bool).
     key: PRNG key for the goal draws.
     strategy: "final", "episode" or "future" (static).
     num_goals: k >= 1 relabeled copies per example (static).
@@ -379,5 +356,5 @@ def goal_importance_weights(log_probs_new: Array, log_probs_orig: Array, valid: 
   return weights, jnp.where(valid, log_rho, 0.0)
 
 
-__all__ = ["DesiredGoalWrapper", "Relabeled", "STRATEGIES", "episode_bounds",
+__all__ = ["Relabeled", "STRATEGIES", "episode_bounds",
            "goal_importance_weights", "relabel", "relabel_schedule", "relabel_to_goals"]

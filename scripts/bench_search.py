@@ -35,7 +35,6 @@ import jax.numpy as jnp
 
 from credit_jax import envs
 from credit_jax import search as search_lib
-from credit_jax import search_mctx
 
 _BATCH = flags.DEFINE_integer("batch", None, "roots per call (default 128 on CPU, 1024 else)")
 _SIMS = flags.DEFINE_list("sims", ["16", "64", "256"], "numbers of simulations")
@@ -74,7 +73,7 @@ def main(argv):
 
   mctx_name = "mctx gumbel_muzero (value leaves)"
   systems = {
-      mctx_name: lambda n: search_mctx.make_mctx_search(
+      mctx_name: lambda n: search_lib.make_mctx_search(
           env, logits_fn, value_fn=value_fn, num_simulations=n, max_depth=horizon),
       "ours puct (value leaves)": lambda n: search_lib.make_search(
           env, logits_fn, value_fn=value_fn, num_simulations=n, max_depth=horizon,

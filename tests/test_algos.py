@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from credit_jax import algos, checkpoint, envs, metrics, rollout
-from credit_jax.algos import common, grpo, history, losses, ppo, reinforce, runner
+from credit_jax.algos import common, grpo, losses, ppo, reinforce, runner
 from credit_jax.types import Trajectory
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "configs")
@@ -105,36 +105,6 @@ def test_invalid_field_is_named(name, field, value, match):
 
 
 # --- pieces -----------------------------------------------------------------------------
-
-def test_history_wrapper_windows_and_resets():
-  env, params = envs.make("KeyChain-v0", horizon=4, num_pivotal=1, num_actions=2,
-                          cue_delay=2, positions="fixed")
-  wrapped = history.HistoryWrapper(env, 3)
-  assert wrapped.observation_space(params).shape == (3, 4)
-  key = jax.random.PRNGKey(0)
-  obs, state = wrapped.reset(key, params)
-  inner_obs, _ = env.reset(key, params)
-  np.testing.assert_array_equal(obs[:2], 0.0)
-  np.testing.assert_array_equal(obs[2], inner_obs)
-  frames = [obs[2]]
-  for t in range(4):
-    obs, state, _, terminated, truncated, info = wrapped.step(key, state, 0, params)
-    if t < 3:
-      frames.append(obs[2])
-      np.testing.assert_array_equal(obs, np.stack(
-          [np.zeros(4)] * max(0, 2 - len(frames) + 1) + frames)[-3:])
-  # The 4th step ended the episode: the final window holds its last frames and the new
-  # episode starts from an empty history.
-  assert bool(terminated) and not bool(truncated)
-  np.testing.assert_array_equal(info["final_observation"][:2], np.stack(frames[-2:]))
-  np.testing.assert_array_equal(obs[:2], 0.0)
-
-
-def test_history_wrapper_rejects_empty_window():
-  env, _ = envs.make("KeyChain-v0")
-  with pytest.raises(ValueError, match="window"):
-    history.HistoryWrapper(env, 0)
-
 
 def test_clipped_surrogate_and_value_loss_by_hand():
   logp = jnp.log(jnp.array([0.5, 0.9, 0.2]))

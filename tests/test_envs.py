@@ -1,4 +1,5 @@
-"""Tests for credit_jax.envs: task semantics, oracles, goal API, make() validation."""
+"""Tests for credit_jax.envs: task semantics, oracles, goal API, make() validation,
+wrappers."""
 import functools
 import math
 
@@ -432,3 +433,46 @@ def test_envs_jit_and_vmap_over_batch_and_spaces(name):
 def test_make_rejects_impossible_params_naming_the_field(name, overrides, field):
   with pytest.raises(ValueError, match=field):
     envs.make(name, **overrides)
+
+
+# --- wrappers ---------------------------------------------------------------------------
+
+def test_history_wrapper_windows_and_resets():
+  env, params = envs.make("KeyChain-v0", horizon=4, num_pivotal=1, num_actions=2,
+                          cue_delay=2, positions="fixed")
+  wrapped = envs.HistoryWrapper(env, 3)
+  assert wrapped.observation_space(params).shape == (3, 4)
+  key = jax.random.PRNGKey(0)
+  obs, state = wrapped.reset(key, params)
+  inner_obs, _ = env.reset(key, params)
+  np.testing.assert_array_equal(obs[:2], 0.0)
+  np.testing.assert_array_equal(obs[2], inner_obs)
+  frames = [obs[2]]
+  for t in range(4):
+    obs, state, _, terminated, truncated, info = wrapped.step(key, state, 0, params)
+    if t < 3:
+      frames.append(obs[2])
+      np.testing.assert_array_equal(obs, np.stack(
+          [np.zeros(4)] * max(0, 2 - len(frames) + 1) + frames)[-3:])
+  # The 4th step ended the episode: the final window holds its last frames and the new
+  # episode starts from an empty history.
+  assert bool(terminated) and not bool(truncated)
+  np.testing.assert_array_equal(info["final_observation"][:2], np.stack(frames[-2:]))
+  np.testing.assert_array_equal(obs[:2], 0.0)
+
+
+def test_history_wrapper_rejects_empty_window():
+  env, _ = envs.make("KeyChain-v0")
+  with pytest.raises(ValueError, match="window"):
+    envs.HistoryWrapper(env, 0)
+
+
+def test_desired_goal_wrapper_reports_the_episode_goal_across_an_auto_reset():
+  env, params = envs.make("GoalGrid-v0", size=3, max_steps_in_episode=2)
+  wrapped = envs.DesiredGoalWrapper(env)
+  obs, state = wrapped.reset(jax.random.PRNGKey(0), params)
+  for t in range(4):
+    goal, pos = state.goal, state.pos
+    obs, state, _, term, trunc, info = wrapped.step(jax.random.PRNGKey(t), state, 0, params)
+    np.testing.assert_array_equal(info["desired_goal"], goal)
+    np.testing.assert_array_equal(info["prev_achieved_goal"], pos)

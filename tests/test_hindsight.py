@@ -84,7 +84,7 @@ def test_nothing_verifiable_achieved_yields_no_relabeled_example():
   # TextEdit checks its goal only on submit; a policy that never submits is truncated.
   env, params = envs.make("TextEdit-v0", buffer_len=3, vocab_size=2, start_len=2,
                           num_edits=1)
-  env = hindsight.DesiredGoalWrapper(env)
+  env = envs.DesiredGoalWrapper(env)
   write = lambda p, obs, key: (jnp.int32(4), jnp.float32(0.0), ())
   traj = rollout.collect_episodes(env, params, write, None, jax.random.PRNGKey(0), 4,
                                   int(params.max_steps_in_episode))
@@ -100,7 +100,7 @@ def test_nothing_verifiable_achieved_yields_no_relabeled_example():
 @pytest.fixture(scope="module")
 def random_bitflip():
   env, params = envs.make("BitFlip-v0", num_bits=3)
-  env = hindsight.DesiredGoalWrapper(env)
+  env = envs.DesiredGoalWrapper(env)
   policy = rollout.uniform_random_policy(env.num_actions)
   # Auto-reset rollout: several episodes per column, boundaries inside it.
   obs, state = rollout.reset(env, params, jax.random.PRNGKey(0), 6)
@@ -169,17 +169,6 @@ def test_importance_weights_are_per_episode_clipped_ratios():
   np.testing.assert_allclose(w, [1.2, 1.2, 1.2, 1.2, 0.0], rtol=1e-6)
   w2, _ = hindsight.goal_importance_weights(lp_old, lp_new, valid, dones, 5.0)
   np.testing.assert_allclose(w2, [0.5, 0.5, 2 / 3, 2 / 3, 0.0], rtol=1e-5)
-
-
-def test_wrapper_reports_the_episode_goal_across_an_auto_reset():
-  env, params = envs.make("GoalGrid-v0", size=3, max_steps_in_episode=2)
-  wrapped = hindsight.DesiredGoalWrapper(env)
-  obs, state = wrapped.reset(jax.random.PRNGKey(0), params)
-  for t in range(4):
-    goal, pos = state.goal, state.pos
-    obs, state, _, term, trunc, info = wrapped.step(jax.random.PRNGKey(t), state, 0, params)
-    np.testing.assert_array_equal(info["desired_goal"], goal)
-    np.testing.assert_array_equal(info["prev_achieved_goal"], pos)
 
 
 def test_bad_inputs_are_named():

@@ -17,7 +17,6 @@ from gymnax.environments import environment
 
 from credit_jax import envs
 from credit_jax import search as search_lib
-from credit_jax import search_mctx
 
 @struct.dataclass
 class BanditState(environment.EnvState):
@@ -286,7 +285,7 @@ def test_no_whole_tree_copy_inside_the_simulation_loop():
 def test_bad_roots_raise():
   env = DeterministicTree()
   obs, states = _roots(env, env.default_params, 2)
-  for make in (search_lib.make_search, search_mctx.make_mctx_search):
+  for make in (search_lib.make_search, search_lib.make_mctx_search):
     fn = make(env, uniform_logits, num_simulations=4, max_depth=3)
     with pytest.raises(ValueError, match="leading batch dim"):
       fn(None, env.default_params, jax.random.PRNGKey(0), states, obs[:1])
@@ -299,8 +298,8 @@ def test_bad_roots_raise():
 
 
 def _mctx_action(env, logits_fn, num_simulations, max_depth, batch=2):
-  fn = jax.jit(search_mctx.make_mctx_search(env, logits_fn, num_simulations=num_simulations,
-                                            max_depth=max_depth))
+  fn = jax.jit(search_lib.make_mctx_search(env, logits_fn, num_simulations=num_simulations,
+                                          max_depth=max_depth))
   obs, states = _roots(env, env.default_params, batch)
   # gumbel_scale=0: compare the searches, not Gumbel MuZero's exploration noise.
   out = fn(None, env.default_params, jax.random.PRNGKey(0), states, obs, gumbel_scale=0.0)
@@ -327,8 +326,8 @@ def test_mctx_and_ours_agree_on_tree():
 
 def test_mctx_adapter_respects_the_root_action_mask():
   env = DeterministicTree()
-  fn = jax.jit(search_mctx.make_mctx_search(env, hinted_logits, num_simulations=16,
-                                            max_depth=3, action_mask_fn=no_action_2_at_root))
+  fn = jax.jit(search_lib.make_mctx_search(env, hinted_logits, num_simulations=16,
+                                          max_depth=3, action_mask_fn=no_action_2_at_root))
   obs, states = _roots(env, env.default_params, 2)
   out = fn(None, env.default_params, jax.random.PRNGKey(0), states, obs)
   assert (out.action != 2).all()

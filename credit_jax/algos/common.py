@@ -22,7 +22,6 @@ import jax.numpy as jnp
 import optax
 
 from credit_jax import envs, fast_paths, networks
-from credit_jax.algos import history
 
 Array = jax.Array
 Hparams = Dict[str, Array]
@@ -276,7 +275,7 @@ def make_env(config):
   env, env_params = envs.make(config.env_name, **kwargs)
   window = int(config.get("history_window", 0) or 0)
   if window > 0:
-    env = history.HistoryWrapper(env, window)
+    env = envs.HistoryWrapper(env, window)
   return env, env_params
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from credit_jax import hindsight, replay, rollout
+from credit_jax import envs, hindsight, replay, rollout
 from credit_jax.algos import common
 
 HPARAMS = ("lr", "gamma", "epsilon", "target_tau", "max_grad_norm", "relabel_weight",
@@ -104,7 +104,7 @@ def episode_success(traj) -> jax.Array:
 def make_train(config) -> common.Train:
   """`Train` for DQN(+HER) on goal environment `config.env_name`."""
   env, env_params = common.make_env(config)
-  env = hindsight.DesiredGoalWrapper(env)
+  env = envs.DesiredGoalWrapper(env)
   network, obs_shape = common.make_network(config, env, env_params, value_head=False)
   policy_fn = epsilon_greedy_policy(network)
   num_envs, horizon = int(config.num_envs), int(config.horizon)

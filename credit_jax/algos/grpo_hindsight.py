@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 import credit_jax as cj
-from credit_jax import hindsight, networks, rollout
+from credit_jax import envs, hindsight, networks, rollout
 from credit_jax.algos import common, dqn, grpo, losses
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "relabel_weight",
@@ -80,7 +80,7 @@ def validate_config(config) -> None:
 def make_train(config) -> common.Train:
   """`Train` for GRPO(+hindsight) on goal environment `config.env_name`."""
   env, env_params = common.make_env(config)
-  env = hindsight.DesiredGoalWrapper(env)
+  env = envs.DesiredGoalWrapper(env)
   network, obs_shape = common.make_network(config, env, env_params, value_head=False)
   policy_fn = networks.make_policy_fn(network)
   num_tasks, group, horizon = int(config.num_tasks), int(config.group_size), int(config.horizon)

@@ -9,6 +9,10 @@ given to `make` goes to the environment's constructor when it fixes shapes or st
 (static: horizon, sizes, vocabularies) and into its params pytree when it is numeric and
 sweepable (e.g. `max_steps_in_episode`, GoalGrid's `slip_prob`). Impossible values raise
 ValueError naming the field; `overrides_of(name)` lists what an id accepts.
+
+Wrappers (`credit_jax/envs/wrappers.py`): `HistoryWrapper(env, W)` turns observations
+into a window of the last W; `DesiredGoalWrapper(env)` adds the episode's goal to a goal
+environment's `info` for hindsight relabeling.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from credit_jax.envs.goal import GoalEnvMixin
 from credit_jax.envs.goalgrid import GoalGrid
 from credit_jax.envs.keychain import KeyChain
 from credit_jax.envs.textedit import TextEdit
+from credit_jax.envs.wrappers import DesiredGoalWrapper, HistoryState, HistoryWrapper
 
 _REGISTRY: Dict[str, type] = {
     "KeyChain-v0": KeyChain,
@@ -90,6 +95,7 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 
 
 __all__ = [
-    "BitFlip", "CreditEnv", "GoalEnvMixin", "GoalGrid", "KeyChain", "TextEdit", "make",
-    "overrides_of", "registered_envs",
+    "BitFlip", "CreditEnv", "DesiredGoalWrapper", "GoalEnvMixin", "GoalGrid",
+    "HistoryState", "HistoryWrapper", "KeyChain", "TextEdit", "make", "overrides_of",
+    "registered_envs",
 ]

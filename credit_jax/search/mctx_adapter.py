@@ -1,7 +1,7 @@
-"""The same environments searched with mctx's `gumbel_muzero_policy`.
+"""The mctx adapter: the same environments searched with mctx's `gumbel_muzero_policy`.
 
-Why: for comparison with `credit_jax.search` (benchmarks, agreement tests), and for users
-who prefer mctx's Gumbel MuZero action selection. The environment is the model: the
+Why: for comparison with `make_search` (benchmarks, agreement tests), and for users who
+prefer mctx's Gumbel MuZero action selection. The environment is the model: the
 embedding is the environment state, `recurrent_fn` steps it with `env.step_env` (no
 auto-reset, as in our search), and a new node is valued by the same policy rollout /
 `value_fn` our search uses. mctx is an optional dependency, imported when a search is built.
@@ -17,8 +17,8 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from credit_jax.search import (ActionMaskFn, LogitsFn, ValueFn, _check_roots,
-                               _make_env_model)
+from credit_jax.search.model import (ActionMaskFn, LogitsFn, ValueFn, check_roots,
+                                     make_env_model)
 
 
 class _Embedding(NamedTuple):
@@ -32,7 +32,7 @@ def _import_mctx():
   try:
     import mctx  # pylint: disable=g-import-not-at-top
   except ImportError as err:
-    raise ImportError("credit_jax.search_mctx needs mctx: `pip install mctx` "
+    raise ImportError("credit_jax.search.make_mctx_search needs mctx: `pip install mctx` "
                       "(or `pip install -e .[test]`)") from err
   return mctx
 
@@ -44,7 +44,7 @@ def make_mctx_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_dept
                      max_num_considered_actions: int = 16):
   """Builds `search_fn` running mctx.gumbel_muzero_policy with `env` as the model.
 
-  Args mirror `credit_jax.search.make_search`; leaves are valued by a rollout of
+  Args mirror `make_search` (`credit_jax/search/search.py`); leaves are valued by a rollout of
   `rollout_depth` steps (default 0: `value_fn` alone, MuZero-style) bootstrapped with
   `value_fn`. `max_depth` bounds mctx's tree and the rollouts.
 
@@ -54,7 +54,7 @@ def make_mctx_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_dept
     `[B, ...]`; `.action` is `[B]`, `.action_weights` `[B, A]`.
   """
   mctx = _import_mctx()
-  model = _make_env_model(env, logits_fn, value_fn, action_mask_fn, max_depth=max_depth,
+  model = make_env_model(env, logits_fn, value_fn, action_mask_fn, max_depth=max_depth,
                           rollout=rollout, rollout_depth=rollout_depth)
 
   def evaluate(params, env_params, key, state, obs, depth, ended, terminated, discount):
@@ -90,7 +90,7 @@ def make_mctx_search(env, logits_fn: LogitsFn, *, num_simulations: int, max_dept
 
   def search_fn(params, env_params, key, root_states, root_obs, *, discount=1.0,
                 gumbel_scale=1.0):
-    batch = _check_roots(root_states, root_obs)
+    batch = check_roots(root_states, root_obs)
     k_root, k_search = jax.random.split(key)
     discount = jnp.asarray(discount, jnp.float32)
     no = jnp.zeros((batch,), bool)

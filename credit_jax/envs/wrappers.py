@@ -1,14 +1,18 @@
-"""A gymnax wrapper that turns observations into a window of the last `W` observations.
+"""Environment wrappers: a window of past observations, and the episode's goal in `info`.
 
-Memory for policies under the rollout engine's `policy_fn(params, obs, key)` contract,
-which has no recurrent carry: the window lives in the environment state, so it is
-scanned, vmapped, auto-reset (a new episode starts from an all-zero history) and copied
-into group rollouts like any other state. A KeyChain cue shown `cue_delay` steps before
-its pivotal step is inside a window of `W >= cue_delay + 1` observations.
+HistoryWrapper: observations become a window of the last `W` observations. Memory for
+policies under the rollout engine's `policy_fn(params, obs, key)` contract, which has no
+recurrent carry: the window lives in the environment state, so it is scanned, vmapped,
+auto-reset (a new episode starts from an all-zero history) and copied into group rollouts
+like any other state. A KeyChain cue shown `cue_delay` steps before its pivotal step is
+inside a window of `W >= cue_delay + 1` observations. The wrapper implements gymnax's
+`step_env`/`reset_env`, so the base class's auto-reset, `terminated`/`truncated` split and
+`info["final_observation"]` (here: the final window) work unchanged. Environment-specific
+`info` entries pass through.
 
-The wrapper implements gymnax's `step_env`/`reset_env`, so the base class's auto-reset,
-`terminated`/`truncated` split and `info["final_observation"]` (here: the final window)
-work unchanged. Environment-specific `info` entries pass through.
+DesiredGoalWrapper: a goal environment (`credit_jax/envs/goal.py`) whose `step` also
+reports the episode's goal and what was achieved before the step, which hindsight
+relabeling (`credit_jax/hindsight.py`) needs.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 from gymnax.environments import environment, spaces
+from gymnax.wrappers.purerl import GymnaxWrapper
 
 Array = jax.Array
 
@@ -86,3 +91,25 @@ class HistoryWrapper(environment.Environment):
   @property
   def name(self) -> str:
     return f"History{self.window}({self._env.name})"
+
+
+class DesiredGoalWrapper(GymnaxWrapper):
+  """A goal environment whose `step` also reports the episode's goal.
+
+  Adds `info["desired_goal"]` ([*goal_shape] int32), the goal of the episode the step
+  belongs to, and `info["prev_achieved_goal"]`, what was achieved before the step (both
+  read from the state before the step, so an auto-reset does not shift them).
+  `hindsight.relabel` needs the first to name the goal each example was relabeled from
+  and the second to tell what an episode had achieved before acting. Everything else
+  (reset, attributes such as `goal_reward` and `obs_with_goal`) is the wrapped env's.
+  """
+
+  def reset(self, key: Array, params: Any = None):
+    return self._env.reset(key, params)
+
+  def step(self, key: Array, state: Any, action: Any, params: Any = None):
+    obs, new_state, reward, terminated, truncated, info = self._env.step(
+        key, state, action, params)
+    info = {**info, "desired_goal": self._env.desired_goal(state),
+            "prev_achieved_goal": self._env.achieved_goal(state)}
+    return obs, new_state, reward, terminated, truncated, info
