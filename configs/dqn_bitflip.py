@@ -28,11 +28,8 @@ def get_config(arg=None):
     return config(her=False)
   if arg == "small":
     c = config(num_bits=6)
-    c.num_updates = 20
-    c.grad_steps = 10
-    c.eval_envs = 16
-    c.buffer_size = 10_000
-    c.chunk_updates = 5
+    c.update(num_updates=20, grad_steps=10, eval_envs=16, buffer_size=10_000,
+             chunk_updates=5)
     return c
   if arg:
     raise ValueError(f"unknown variant {arg!r}; use none, 'noher' or 'small'")

@@ -19,13 +19,8 @@ def get_config(arg=None):
   if arg in ("none", "iw"):
     c.relabel = arg
   elif arg == "small":
-    c.env_kwargs.size = 3
-    c.env_kwargs.max_steps_in_episode = 4
-    c.horizon = 4
-    c.num_updates = 10
-    c.num_tasks = 4
-    c.group_size = 4
-    c.chunk_updates = 5
+    c.env_kwargs.update(size=3, max_steps_in_episode=4)
+    c.update(horizon=4, num_updates=10, num_tasks=4, group_size=4, chunk_updates=5)
   elif arg:
     raise ValueError(f"unknown variant {arg!r}; use none, 'none', 'iw' or 'small'")
   return c

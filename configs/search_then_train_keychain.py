@@ -9,15 +9,12 @@ x 2 episodes, 16 simulations: seconds on a 2-core CPU; what the recipe's tests r
 Every field and its meaning: `credit_jax/algos/search_then_train.py`'s
 `default_config()`.
 """
-from credit_jax.algos import search_then_train
+from credit_jax.algos import common, search_then_train
 
 
 def config(horizon: int = 10, num_pivotal: int = 6):
   """The recipe on KeyChain with episode length `horizon` and `num_pivotal` pivotal steps."""
-  c = search_then_train.default_config()
-  c.env_kwargs.horizon = horizon
-  c.env_kwargs.num_pivotal = num_pivotal
-  c.horizon = horizon
+  c = common.keychain_env(search_then_train.default_config(), horizon, num_pivotal)
   c.seeds = 4                     # seeds vmapped in one compiled call
   return c
 
@@ -26,13 +23,8 @@ def get_config(arg=None):
   """Returns the config; `arg` picks a variant (None or "small")."""
   if arg == "small":
     c = config(horizon=6, num_pivotal=2)
-    c.num_updates = 4
-    c.chunk_updates = 2
-    c.seeds = 2
-    c.num_tasks = 4
-    c.group_size = 2
-    c.search_tasks = 4
-    c.search_simulations = 16
+    c.update(num_updates=4, chunk_updates=2, seeds=2, num_tasks=4, group_size=2,
+             search_tasks=4, search_simulations=16)
     c.network.hidden_sizes = (16,)
     return c
   if arg:

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from credit_jax import algos, checkpoint, envs, metrics, rollout
-from credit_jax.algos import common, grpo, history, losses, ppo, reinforce, runner
+from credit_jax.algos import (common, episodes, grpo, history, losses, ppo, reinforce,
+                              runner)
 from credit_jax.types import Trajectory
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "configs")
@@ -171,7 +172,7 @@ def test_continuing_episode_stats_match_a_loop():
   rewards = rng.normal(size=(7, 3)).astype(np.float32)
   dones = rng.random((7, 3)) < 0.3
   running0 = np.array([1.0, 0.0, -2.0], np.float32)
-  running, mean, count = common.continuing_episode_stats(
+  running, mean, count = episodes.continuing_episode_stats(
       jnp.asarray(rewards), jnp.asarray(dones), jnp.asarray(running0), jnp.float32(9.0))
   acc, ended = running0.copy(), []
   for t in range(7):
@@ -183,7 +184,7 @@ def test_continuing_episode_stats_match_a_loop():
   np.testing.assert_allclose(running, acc, rtol=1e-5)
   assert count == len(ended)
   np.testing.assert_allclose(mean, np.mean(ended), rtol=1e-5)
-  _, mean, _ = common.continuing_episode_stats(
+  _, mean, _ = episodes.continuing_episode_stats(
       jnp.zeros((2, 3)), jnp.zeros((2, 3), bool), jnp.zeros(3), jnp.float32(9.0))
   assert mean == 9.0
 
@@ -193,7 +194,7 @@ def test_continuing_episode_success_matches_a_loop():
   rewards = (rng.random((9, 4)) < 0.2).astype(np.float32) * rng.integers(1, 3, (9, 4))
   dones = rng.random((9, 4)) < 0.3
   hits0 = np.array([1.0, 0.0, 0.0, 2.0], np.float32)
-  hits, success = common.continuing_episode_success(
+  hits, success = episodes.continuing_episode_success(
       jnp.asarray(rewards), jnp.asarray(dones), jnp.asarray(hits0), jnp.float32(0.5))
   acc, ended = hits0.copy(), []
   for t in range(9):
@@ -204,11 +205,11 @@ def test_continuing_episode_success_matches_a_loop():
         acc[b] = 0.0
   np.testing.assert_allclose(hits, acc)
   assert ended and float(success) == pytest.approx(np.mean(ended))
-  _, success = common.continuing_episode_success(
+  _, success = episodes.continuing_episode_success(
       jnp.zeros((2, 4)), jnp.zeros((2, 4), bool), jnp.zeros(4), jnp.float32(0.5))
   assert float(success) == 0.5
   with pytest.raises(ValueError, match="disagree"):
-    common.continuing_episode_success(jnp.zeros((2, 4)), jnp.zeros((2, 3), bool),
+    episodes.continuing_episode_success(jnp.zeros((2, 4)), jnp.zeros((2, 3), bool),
                                       jnp.zeros(4), jnp.float32(0.0))
 
 
@@ -417,13 +418,13 @@ def test_grpo_variants_run_and_report_degenerate_groups(advantage, aggregation, 
 
 def test_ppo_reports_success_where_the_env_has_it():
   c = load_config("ppo_cartpole", "small")
-  assert not common.has_success(c)
+  assert not episodes.has_success(c)
   c.env_name, c.env_kwargs = "KeyChain-v0", {"horizon": 4, "num_pivotal": 1,
                                              "num_actions": 2}
   c.num_envs, c.num_steps, c.total_timesteps = 2, 8, 32
   c.update_epochs, c.num_minibatches = 1, 1
   c.network.hidden_sizes = (8,)
-  assert common.has_success(c)
+  assert episodes.has_success(c)
   train = algos.make_train(c)
   assert train.headline[0] == "success"
   _, m = jax.jit(train)(jax.random.PRNGKey(0))

@@ -18,7 +18,7 @@ import pytest
 
 from credit_jax import algos
 from credit_jax import metrics as metrics_lib
-from credit_jax.algos import common, runner
+from credit_jax.algos import common, episodes, runner
 
 NAMES = sorted(algos.RECIPES)
 
@@ -200,7 +200,7 @@ def test_runs_reports_the_contract_metrics_and_resumes(name, tmp_path, compile_o
 
   for r in whole:
     assert np.all(np.isfinite(r["per_seed"]["loss"])), r
-    if common.has_success(c):
+    if episodes.has_success(c):
       assert 0.0 <= r["success"] <= 1.0, r
     else:
       assert "success" not in r

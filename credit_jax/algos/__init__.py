@@ -44,7 +44,7 @@ state, chunked, resumed and whole runs give the same numbers. It also uses
 Metrics: every update returns `{name: [] float32}` and every recipe reports
   * `loss`: the loss the update minimised, averaged over its gradient steps; the runner
     stops a run whose `loss` is not finite (before saving that chunk);
-  * `success`, where the environment has a notion of success (`common.has_success`:
+  * `success`, where the environment has a notion of success (`episodes.has_success`:
     credit_jax's own environments): the fraction of the episodes sampled by the policy
     the recipe trains with (DQN: its epsilon-greedy behaviour policy) that solved their
     original task (not a relabeled goal, not a searched episode);

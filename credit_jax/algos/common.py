@@ -1,6 +1,6 @@
 """Pieces every recipe shares: the shared config fields and their checks, the train
-state, the `Train` object, the optimiser, minibatch epochs, environments and networks from
-config, and episode statistics.
+state, the `Train` object, the optimiser, minibatch epochs, and environments and networks
+from config (episode statistics: `credit_jax/algos/episodes.py`).
 
 The recipe contract (what a recipe module exports, its metrics, hparams vs static fields)
 is written down in `credit_jax/algos/__init__.py` and docs/RECIPES.md. In short: a recipe
@@ -81,6 +81,19 @@ def base_config() -> ml_collections.ConfigDict:
   c.chunk_updates = 10            # updates per compiled call (one progress line each)
   c.checkpoint_every = 0          # updates between checkpoints (k * chunk_updates); 0: at the end
   c.keep_checkpoints = 3          # newest checkpoints kept
+  return c
+
+
+def keychain_env(c: ml_collections.ConfigDict, horizon: int, num_pivotal: int,
+                 num_actions: int = 4) -> ml_collections.ConfigDict:
+  """Sets `c` to train on KeyChain-v0 with episodes of `horizon` steps (also the rollout
+  length `c.horizon`), `num_pivotal` pivotal steps and `num_actions` actions."""
+  c.env_name = "KeyChain-v0"      # any id of credit_jax.envs.registered_envs()
+  c.env_kwargs.horizon = horizon  # KeyChain episode length T
+  c.env_kwargs.num_pivotal = num_pivotal  # pivotal steps k
+  c.env_kwargs.num_actions = num_actions  # actions A (random success (1/A)^k)
+  c.env_kwargs.cue_delay = 0      # steps between a cue and its pivotal step
+  c.horizon = horizon             # rollout steps per episode (>= the env's episode length)
   return c
 
 
@@ -438,100 +451,3 @@ def init_train_state(network, key: Array, obs_shape, hp, optimizer: Optimizer,
   return TrainState(params=params, opt_state=opt_state, key=k_run,
                     update=jnp.zeros((), jnp.int32),
                     aux={} if aux_fn is None else aux_fn(params, *k_aux))
-
-
-# --- statistics -------------------------------------------------------------------------
-
-def masked_mean(x: Array, mask: Array) -> Array:
-  """Mean of `x` over entries where `mask` is True (0 when none is); same shapes."""
-  mask = mask.astype(x.dtype)
-  return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-
-
-def has_success(config) -> bool:
-  """Whether `config.env_name` has a notion of success the recipes report as `success`.
-
-  credit_jax's own environments (`envs.CreditEnv`: KeyChain and the goal environments)
-  pay a reward of 1 for solving the task and 0 otherwise, so an episode succeeded iff its
-  return is positive. gymnax's environments (CartPole, ...) have no success notion.
-  """
-  try:
-    env, _ = envs.make(config.env_name, **dict(config.get("env_kwargs", {}) or {}))
-  except ValueError:
-    return False
-  return isinstance(env, envs.CreditEnv)
-
-
-def _ended_totals(x: Array, dones: Array, running: Array) -> Tuple[Array, Array]:
-  """Per-episode sums of `x` [T, B] over episodes that end inside the rollout.
-
-  Returns `(ended [T, B], running [B])`: at a step where an episode ends, its total
-  (including the carried `running` part), else 0; and the carried partial totals.
-  """
-  # Vectorised rather than scanned: a sequential scan over T costs more on CPU than the
-  # whole bookkeeping. c[t] is the running total including the carried partial sum;
-  # an episode ending at t summed c[t] minus c at the previous end (or 0).
-  num_steps = x.shape[0]
-  totals = running[None] + jnp.cumsum(x, axis=0)                       # [T, B]
-  steps = jnp.arange(num_steps)[:, None]
-  last_end = jax.lax.cummax(jnp.where(dones, steps, -1), axis=0)       # [T, B]
-  prev_end = jnp.concatenate([jnp.full_like(last_end[:1], -1), last_end[:-1]], axis=0)
-  offset = jnp.where(prev_end >= 0,
-                     jnp.take_along_axis(totals, jnp.maximum(prev_end, 0), axis=0), 0.0)
-  ended = jnp.where(dones, totals - offset, 0.0)
-  final_end = last_end[-1]                                              # [B]
-  running = totals[-1] - jnp.where(
-      final_end >= 0, jnp.take_along_axis(totals, jnp.maximum(final_end, 0)[None],
-                                          axis=0)[0], 0.0)
-  return ended, running
-
-
-def _check_continuing(rewards: Array, dones: Array, running: Array) -> None:
-  if rewards.shape != dones.shape or rewards.shape[1:] != running.shape:
-    raise ValueError(
-        f"rewards [T, B], dones [T, B] and running [B] disagree: {rewards.shape}, "
-        f"{dones.shape}, {running.shape}")
-
-
-def continuing_episode_stats(rewards: Array, dones: Array, running: Array,
-                             previous_mean: Array) -> Tuple[Array, Array, Array]:
-  """Returns of episodes that end inside a fixed-length, auto-resetting rollout.
-
-  Args:
-    rewards: [T, B] rewards.
-    dones: [T, B] bool, an episode ended at step t.
-    running: [B] return accumulated so far by each env's current episode.
-    previous_mean: [] the value to report when no episode ended in this rollout.
-
-  Returns:
-    `(running [B], mean_return [], num_episodes [])`: the carried partial returns, the
-    mean return of the episodes that ended (or `previous_mean`), and how many ended.
-  """
-  _check_continuing(rewards, dones, running)
-  ended, running = _ended_totals(rewards, dones, running)
-  count = jnp.sum(dones)
-  mean = jnp.where(count > 0, jnp.sum(ended) / jnp.maximum(count, 1), previous_mean)
-  return running, mean, count.astype(jnp.float32)
-
-
-def continuing_episode_success(rewards: Array, dones: Array, running_hits: Array,
-                               previous: Array) -> Tuple[Array, Array]:
-  """Success rate of episodes that end inside a fixed-length, auto-resetting rollout.
-
-  An episode succeeded iff one of its rewards is positive (see `has_success`).
-
-  Args:
-    rewards: [T, B] rewards; dones: [T, B] bool, an episode ended at step t.
-    running_hits: [B] positive rewards so far in each env's current episode.
-    previous: [] the value to report when no episode ended in this rollout.
-
-  Returns:
-    `(running_hits [B], success [])`.
-  """
-  _check_continuing(rewards, dones, running_hits)
-  ended, running_hits = _ended_totals((rewards > 0).astype(jnp.float32), dones,
-                                      running_hits)
-  count = jnp.sum(dones)
-  hits = jnp.sum(jnp.logical_and(dones, ended > 0))
-  success = jnp.where(count > 0, hits / jnp.maximum(count, 1), previous)
-  return running_hits, success.astype(jnp.float32)

@@ -21,7 +21,7 @@ Loss aggregation (`config.loss_aggregation`) decides how per-step terms are aver
 
 Metrics: `loss` and the surrogate's pieces averaged over the minibatch steps, `return`
 (mean episode return), `degenerate_frac`, and where the env has success
-(`common.has_success`) `success`: the fraction of the sampled episodes that solved their
+(`episodes.has_success`) `success`: the fraction of the sampled episodes that solved their
 task.
 
 Hyperparameters in `hparams` (traced): lr, clip_eps, ent_coef, kl_coef, max_grad_norm.
@@ -34,7 +34,7 @@ import ml_collections
 
 import credit_jax as cj
 from credit_jax import networks, rollout
-from credit_jax.algos import common, losses
+from credit_jax.algos import common, episodes, losses
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "kl_coef", "max_grad_norm")
 ADVANTAGES = ("grpo", "rloo", "drgrpo")
@@ -43,18 +43,12 @@ AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
 
 def default_config() -> ml_collections.ConfigDict:
   """GRPO on KeyChain-v0 (T=50, k=3, A=4: random success 1.6%); reaches >= 90% success."""
-  c = common.base_config()
+  c = common.keychain_env(common.base_config(), horizon=50, num_pivotal=3)
   c.algo = "grpo"                 # this recipe
-  c.env_name = "KeyChain-v0"      # any id of credit_jax.envs.registered_envs()
-  c.env_kwargs.horizon = 50       # KeyChain episode length T
-  c.env_kwargs.num_pivotal = 3    # pivotal steps k
-  c.env_kwargs.num_actions = 4    # actions A (random success (1/A)^k)
-  c.env_kwargs.cue_delay = 0      # steps between a cue and its pivotal step
 
   c.num_updates = 60              # updates (one group rollout each)
   c.num_tasks = 16                # tasks (start states) per update
   c.group_size = 8                # K rollouts per task from the same start state (>= 2)
-  c.horizon = 50                  # rollout steps per episode (>= the env's episode length)
   c.update_epochs = 2             # passes over each group rollout
   c.num_minibatches = 2           # minibatches of whole groups; must divide num_tasks
   c.advantage = "grpo"            # group advantage: grpo | rloo | drgrpo
@@ -115,7 +109,7 @@ def make_train(config) -> common.Train:
   n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
   n_updates = int(config.num_updates)
   optimizer = common.make_optimizer(config)
-  with_success = common.has_success(config)
+  with_success = episodes.has_success(config)
   use_kl = bool(config.use_reference_kl)
   kind, agg = str(config.advantage), str(config.loss_aggregation)
 
@@ -141,9 +135,9 @@ def make_train(config) -> common.Train:
       kl = aggregate(losses.kl_to_reference(log_probs, ref_log_probs), valid, agg)
       loss = loss + hp["kl_coef"] * kl
     return loss, {"policy_loss": aggregate(pg, valid, agg), "kl_ref": kl,
-                  "entropy": common.masked_mean(entropy, valid),
-                  "clip_frac": common.masked_mean(clipped, valid),
-                  "approx_kl": common.masked_mean(approx_kl, valid)}
+                  "entropy": episodes.masked_mean(entropy, valid),
+                  "clip_frac": episodes.masked_mean(clipped, valid),
+                  "approx_kl": episodes.masked_mean(approx_kl, valid)}
 
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)

@@ -12,7 +12,7 @@ grad norm .5, 64-unit tanh MLPs) with one difference on purpose: truncation boot
 
 Metrics: `loss` and the clipped-surrogate pieces averaged over the minibatch steps,
 `return` (mean return of the episodes that ended in this rollout) and, where the env has
-success (`common.has_success`), `success`: the fraction of those episodes the sampled
+success (`episodes.has_success`), `success`: the fraction of those episodes the sampled
 policy solved (both carry the previous value when no episode ended).
 
 Hyperparameters in `hparams` (traced, sweepable by vmap): lr, gamma, gae_lambda,
@@ -26,7 +26,7 @@ import ml_collections
 
 import credit_jax as cj
 from credit_jax import networks, rollout
-from credit_jax.algos import common, losses
+from credit_jax.algos import common, episodes, losses
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
 
@@ -170,7 +170,7 @@ def make_train(config) -> common.Train:
   batch = num_envs * num_steps
   n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
   optimizer = common.make_optimizer(config)
-  with_success = common.has_success(config)
+  with_success = episodes.has_success(config)
   clip_value = bool(config.clip_value_loss)
   gae_method = str(config.gae_method)
   # Bootstrapping needs the value of a step's final_obs only where the time limit cut
@@ -224,14 +224,14 @@ def make_train(config) -> common.Train:
         lambda p, mb: loss_fn(p, mb, hp), params, state.opt_state, data, k_perm,
         num_epochs=n_epochs, num_minibatches=n_mb, axis=0, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
-    running, mean_return, episodes = common.continuing_episode_stats(
+    running, mean_return, num_episodes = episodes.continuing_episode_stats(
         traj.rewards, traj.dones, aux["running_return"], aux["last_return"])
-    metrics.update({"return": mean_return, "episodes": episodes, "lr": lr,
+    metrics.update({"return": mean_return, "episodes": num_episodes, "lr": lr,
                     "value_mean": values.mean(), "advantage_std": advantages.std()})
     new_aux = {"env_state": env_state, "obs": obs, "running_return": running,
                "last_return": mean_return}
     if with_success:
-      hits, success = common.continuing_episode_success(
+      hits, success = episodes.continuing_episode_success(
           traj.rewards, traj.dones, aux["running_hits"], aux["last_success"])
       metrics["success"] = success
       new_aux.update(running_hits=hits, last_success=success)

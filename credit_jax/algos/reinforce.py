@@ -17,7 +17,7 @@ Baseline (`config.baseline`):
 A value head is trained whenever the credit or the baseline needs one.
 
 Metrics: `loss` (policy loss - entropy bonus + value loss), `return` (mean episode
-return) and, where the env has success (`common.has_success`), `success`: the fraction
+return) and, where the env has success (`episodes.has_success`), `success`: the fraction
 of the sampled episodes that solved their task.
 
 Hyperparameters in `hparams` (traced): lr, gamma, gae_lambda, ent_coef, vf_coef,
@@ -31,7 +31,7 @@ import ml_collections
 
 import credit_jax as cj
 from credit_jax import networks, rollout
-from credit_jax.algos import common, losses
+from credit_jax.algos import common, episodes, losses
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm")
 CREDITS = ("terminal", "rtg", "gae")
@@ -44,17 +44,11 @@ def needs_value(config) -> bool:
 
 def default_config() -> ml_collections.ConfigDict:
   """REINFORCE with returns-to-go and a leave-one-out baseline on KeyChain-v0 (T=20, k=2)."""
-  c = common.base_config()
+  c = common.keychain_env(common.base_config(), horizon=20, num_pivotal=2)
   c.algo = "reinforce"            # this recipe
-  c.env_name = "KeyChain-v0"      # any id of credit_jax.envs.registered_envs()
-  c.env_kwargs.horizon = 20       # KeyChain episode length T
-  c.env_kwargs.num_pivotal = 2    # pivotal steps k
-  c.env_kwargs.num_actions = 4    # actions A (random success (1/A)^k)
-  c.env_kwargs.cue_delay = 0      # steps between a cue and its pivotal step
 
   c.num_updates = 200             # updates (one batch of episodes each)
   c.num_envs = 64                 # episodes per update
-  c.horizon = 20                  # rollout steps per episode (>= the env's episode length)
   c.credit = "rtg"                # terminal | rtg | gae: what each step is credited with
   c.baseline = "mean"             # none | mean (leave-one-out) | value (learned)
   c.normalize_advantages = False  # standardise advantages over the batch
@@ -112,7 +106,7 @@ def make_train(config) -> common.Train:
   num_envs, horizon = int(config.num_envs), int(config.horizon)
   n_updates = int(config.num_updates)
   optimizer = common.make_optimizer(config)
-  with_success = common.has_success(config)
+  with_success = episodes.has_success(config)
   credit, baseline = str(config.credit), str(config.baseline)
   normalize = bool(config.normalize_advantages)
 
@@ -147,12 +141,12 @@ def make_train(config) -> common.Train:
   def loss_fn(params, traj, g, adv, hp):
     logits, values = network.apply(params, traj.obs)
     log_probs = networks.categorical_log_prob(logits, traj.actions)
-    pg = common.masked_mean(losses.reinforce(log_probs, adv), traj.valid)
-    entropy = common.masked_mean(networks.categorical_entropy(logits), traj.valid)
+    pg = episodes.masked_mean(losses.reinforce(log_probs, adv), traj.valid)
+    entropy = episodes.masked_mean(networks.categorical_entropy(logits), traj.valid)
     loss = pg - hp["ent_coef"] * entropy
     v_loss = jnp.zeros(())
     if with_value:
-      v_loss = common.masked_mean(losses.value_loss(values, g), traj.valid)
+      v_loss = episodes.masked_mean(losses.value_loss(values, g), traj.valid)
       loss = loss + hp["vf_coef"] * v_loss
     return loss, {"policy_loss": pg, "value_loss": v_loss, "entropy": entropy}
 
@@ -163,8 +157,8 @@ def make_train(config) -> common.Train:
     g, b = credit_and_baseline(traj, state.params, hp)
     adv = g - b
     if normalize:
-      mean = common.masked_mean(adv, traj.valid)
-      std = jnp.sqrt(common.masked_mean(jnp.square(adv - mean), traj.valid))
+      mean = episodes.masked_mean(adv, traj.valid)
+      std = jnp.sqrt(episodes.masked_mean(jnp.square(adv - mean), traj.valid))
       adv = (adv - mean) / (std + 1e-8)
     (loss, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params, traj, g, adv, hp)
@@ -175,8 +169,8 @@ def make_train(config) -> common.Train:
     metrics = {"loss": loss, "grad_norm": gnorm, "lr": lr, **m,
                "return": ep_return.mean(),
                "episode_length": jnp.sum(traj.valid, axis=0).astype(jnp.float32).mean(),
-               "advantage_std": jnp.sqrt(common.masked_mean(
-                   jnp.square(adv - common.masked_mean(adv, traj.valid)), traj.valid))}
+               "advantage_std": jnp.sqrt(episodes.masked_mean(
+                   jnp.square(adv - episodes.masked_mean(adv, traj.valid)), traj.valid))}
     if with_success:
       metrics["success"] = jnp.mean((ep_return > 0).astype(jnp.float32))
     return common.TrainState(params=params, opt_state=opt_state, key=key,

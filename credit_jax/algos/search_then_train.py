@@ -45,7 +45,7 @@ import ml_collections
 import credit_jax as cj
 from credit_jax import networks, rollout
 from credit_jax import search as search_lib
-from credit_jax.algos import common, grpo, losses
+from credit_jax.algos import common, episodes, grpo, losses
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "search_weight",
            "search_exploration")
@@ -54,11 +54,8 @@ HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "search_weight",
 def default_config() -> ml_collections.ConfigDict:
   """Search then train on KeyChain-v0 (T=10, k=6, A=4: random success 2.4e-4, about one
   success per 30 updates of 128 sampled episodes), searching every update."""
-  c = grpo.default_config()
+  c = common.keychain_env(grpo.default_config(), horizon=10, num_pivotal=6)
   c.algo = "search_then_train"    # this recipe
-  c.env_kwargs.horizon = 10       # KeyChain episode length T
-  c.env_kwargs.num_pivotal = 6    # pivotal steps k
-  c.horizon = 10                  # rollout steps (= KeyChain's episode length)
   c.loss_aggregation = "token_mean"  # the recipe's weighted token mean (the only choice)
 
   c.search_every = 1              # search on every n-th update; 0: never (plain GRPO arm)
@@ -128,7 +125,7 @@ def make_train(config) -> common.Train:
   num_tasks, group, horizon = int(config.num_tasks), int(config.group_size), int(config.horizon)
   n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
   n_updates, optimizer = int(config.num_updates), common.make_optimizer(config)
-  with_success = common.has_success(config)
+  with_success = episodes.has_success(config)
   kind = str(config.advantage)
   search_every, n_search = int(config.search_every), int(config.search_tasks)
 
