@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 
 from credit_jax import algos, checkpoint, envs, metrics, rollout
-from credit_jax.algos import common, grpo, losses, ppo, reinforce, runner
+from credit_jax.algos import common, episodes, grpo, losses, ppo, reinforce, runner
 from credit_jax.types import Trajectory
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "configs")
 CONFIGS = {"ppo_cartpole": (None, "small"), "grpo_keychain": (None, "small", "delay"),
-           "reinforce_keychain": (None, "small"), "tree_search": ("train",)}
+           "reinforce_keychain": (None, "small"), "dqn_bitflip": (None, "noher", "small"),
+           "grpo_hindsight_goalgrid": (None, "none", "iw", "small"),
+           "search_then_train_keychain": (None, "small")}
 
 
 def load_config(name, variant=None):
@@ -93,9 +95,13 @@ def _set(c, path, value):
     ("ppo_cartpole", "algo", "sarsa", "config.algo: unknown recipe 'sarsa'"),
     ("ppo_cartpole", "gamma", 1.5, "config.gamma"),
     ("ppo_cartpole", "network.activation", "sigmoid", "config.network.activation"),
-    ("tree_search:train", "search_weight", 2.0, "config.search_weight: the weight of a "
-     "searched episode is bounded"),
-    ("tree_search:train", "search_tasks", 99, "config.search_tasks: must lie in"),
+    ("search_then_train_keychain", "search_weight", 2.0, "config.search_weight: the "
+     "weight of a searched episode is bounded"),
+    ("search_then_train_keychain", "search_tasks", 99, "config.search_tasks: must lie in"),
+    ("ppo_cartpole", "optimizer", "lion", "config.optimizer: must be one of"),
+    ("grpo_keychain", "weight_decay", 0.1, "config.weight_decay: .* 0 unless "
+     "optimizer='adamw'"),
+    ("reinforce_keychain", "momentum", 0.9, "config.momentum: .* 0 unless optimizer='sgd'"),
 ])
 def test_invalid_field_is_named(name, field, value, match):
   c = load_config(*name.split(":"))
@@ -135,7 +141,7 @@ def test_continuing_episode_stats_match_a_loop():
   rewards = rng.normal(size=(7, 3)).astype(np.float32)
   dones = rng.random((7, 3)) < 0.3
   running0 = np.array([1.0, 0.0, -2.0], np.float32)
-  running, mean, count = common.continuing_episode_stats(
+  running, mean, count = episodes.continuing_episode_stats(
       jnp.asarray(rewards), jnp.asarray(dones), jnp.asarray(running0), jnp.float32(9.0))
   acc, ended = running0.copy(), []
   for t in range(7):
@@ -147,9 +153,61 @@ def test_continuing_episode_stats_match_a_loop():
   np.testing.assert_allclose(running, acc, rtol=1e-5)
   assert count == len(ended)
   np.testing.assert_allclose(mean, np.mean(ended), rtol=1e-5)
-  _, mean, _ = common.continuing_episode_stats(
+  _, mean, _ = episodes.continuing_episode_stats(
       jnp.zeros((2, 3)), jnp.zeros((2, 3), bool), jnp.zeros(3), jnp.float32(9.0))
   assert mean == 9.0
+
+
+def test_continuing_episode_success_matches_a_loop():
+  rng = np.random.default_rng(1)
+  rewards = (rng.random((9, 4)) < 0.2).astype(np.float32) * rng.integers(1, 3, (9, 4))
+  dones = rng.random((9, 4)) < 0.3
+  hits0 = np.array([1.0, 0.0, 0.0, 2.0], np.float32)
+  hits, success = episodes.continuing_episode_success(
+      jnp.asarray(rewards), jnp.asarray(dones), jnp.asarray(hits0), jnp.float32(0.5))
+  acc, ended = hits0.copy(), []
+  for t in range(9):
+    acc += rewards[t] > 0
+    for b in range(4):
+      if dones[t, b]:
+        ended.append(acc[b] > 0)
+        acc[b] = 0.0
+  np.testing.assert_allclose(hits, acc)
+  assert ended and float(success) == pytest.approx(np.mean(ended))
+  _, success = episodes.continuing_episode_success(
+      jnp.zeros((2, 4)), jnp.zeros((2, 4), bool), jnp.zeros(4), jnp.float32(0.5))
+  assert float(success) == 0.5
+  with pytest.raises(ValueError, match="disagree"):
+    episodes.continuing_episode_success(jnp.zeros((2, 4)), jnp.zeros((2, 3), bool),
+                                      jnp.zeros(4), jnp.float32(0.0))
+
+
+@pytest.mark.parametrize("kind,extra", [("sgd", {}), ("sgd", {"momentum": 0.9}),
+                                        ("adamw", {"weight_decay": 0.1}), ("adam", {})])
+def test_optimizers_match_optax(kind, extra):
+  import optax  # pylint: disable=g-import-not-at-top
+  c = load_config("grpo_keychain")
+  c.optimizer = kind
+  c.update(extra)
+  opt = common.make_optimizer(c)
+  params = {"w": jnp.array([1.0, -2.0, 3.0])}
+  grads = [{"w": jnp.array([0.5, 0.1, -0.3])}, {"w": jnp.array([-0.2, 0.4, 0.1])}]
+  lr = 0.1
+  reference = {"sgd": lambda: optax.sgd(lr, momentum=extra.get("momentum") or None),
+               "adamw": lambda: optax.adamw(lr, eps=c.adam_eps, weight_decay=0.1),
+               "adam": lambda: optax.adam(lr, eps=c.adam_eps)}[kind]()
+  p, s = params, opt.init(params, jnp.float32(10.0))
+  q, t = params, reference.init(params)
+  for g in grads:
+    p, s, norm = opt.apply(p, s, g, jnp.float32(lr), jnp.float32(10.0))
+    u, t = reference.update(g, t, q)
+    q = optax.apply_updates(q, u)
+    np.testing.assert_allclose(norm, np.linalg.norm(g["w"]), rtol=1e-6)
+  np.testing.assert_allclose(p["w"], q["w"], rtol=1e-5)
+  # Clipping comes first: a tiny max_grad_norm scales sgd's step down to it.
+  if kind == "sgd" and not extra:
+    p, _, _ = opt.apply(params, opt.init(params, 1e-3), grads[0], 1.0, jnp.float32(1e-3))
+    np.testing.assert_allclose(np.linalg.norm(p["w"] - params["w"]), 1e-3, rtol=1e-4)
 
 
 @pytest.mark.parametrize("size", [1, 2, 7, 300, 512, 1025])
@@ -325,6 +383,24 @@ def test_grpo_variants_run_and_report_degenerate_groups(advantage, aggregation, 
   if kl:
     assert m["kl_ref"][0] < 1e-2  # the first update starts at the reference
     assert np.all(m["kl_ref"] >= 0)
+
+
+def test_ppo_reports_success_where_the_env_has_it():
+  c = load_config("ppo_cartpole", "small")
+  assert not episodes.has_success(c)
+  c.env_name, c.env_kwargs = "KeyChain-v0", {"horizon": 4, "num_pivotal": 1,
+                                             "num_actions": 2}
+  c.num_envs, c.num_steps, c.total_timesteps = 2, 8, 32
+  c.update_epochs, c.num_minibatches = 1, 1
+  c.network.hidden_sizes = (8,)
+  assert episodes.has_success(c)
+  train = algos.make_train(c)
+  assert train.headline[0] == "success"
+  _, m = jax.jit(train)(jax.random.PRNGKey(0))
+  # 2 envs x 8 steps = 4 episodes of 4 steps per update; a random policy solves half.
+  assert m["success"].shape == (2,) and np.all(np.isin(m["success"], np.arange(5) / 4))
+  # KeyChain's return is its success (reward 1 iff solved).
+  np.testing.assert_array_equal(m["success"], m["return"])
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):

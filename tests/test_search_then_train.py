@@ -1,7 +1,8 @@
 """Tests for the search-then-train recipe (credit_jax.algos.search_then_train).
 
-Shapes come from configs/tree_search.py's "smoke" variant (KeyChain T=6, k=2, 4 tasks x 2
-episodes, 16 simulations), where sampling almost always fails and search often succeeds.
+Shapes come from configs/search_then_train_keychain.py's "small" variant (KeyChain T=6,
+k=2, 4 tasks x 2 episodes, 16 simulations), where sampling almost always fails and search
+often succeeds.
 """
 import importlib.util
 import os
@@ -20,10 +21,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _config(**overrides):
   spec = importlib.util.spec_from_file_location(
-      "tree_search_config", os.path.join(ROOT, "configs", "tree_search.py"))
+      "stt_config", os.path.join(ROOT, "configs", "search_then_train_keychain.py"))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  c = module.get_config("smoke").train
+  c = module.get_config("small")
   for k, v in overrides.items():
     c[k] = v
   return c

@@ -1,4 +1,4 @@
-"""Training recipes: `make_train(config) -> Train`, each pure, jittable and vmappable.
+"""Training recipes, and the contract every recipe keeps (also in docs/RECIPES.md).
 
     train = cj.algos.make_train(config)            # validates, builds env + network
     state, metrics = jax.jit(train)(key)           # one seed, the whole run compiled
@@ -7,15 +7,63 @@
     hp["lr"] = jnp.geomspace(1e-4, 1e-2, 8)        # a sweep is a vmap, not a recompile
     states, metrics = jax.jit(jax.vmap(train))(jax.random.split(key, 8), hp)
 
-`config.algo` picks the recipe ("ppo", "grpo", "reinforce", "dqn", "grpo_hindsight",
-"search_then_train");
-see each module for its fields and `configs/` for documented examples.
-`runner.train_and_evaluate` adds chunked execution, progress, metrics files, checkpoints
-and plots around a `Train`.
+A recipe is one module `credit_jax/algos/<name>.py`, registered in `RECIPES` below, that
+exports three functions:
+
+  * `default_config() -> ml_collections.ConfigDict`: a complete, runnable config. It
+    starts from `common.base_config()` (the fields every recipe shares: algo, env_name,
+    env_kwargs, history_window, seed, seeds, optimizer, lr, anneal_lr, adam_eps,
+    weight_decay, momentum, max_grad_norm, network.*, chunk_updates, checkpoint_every,
+    keep_checkpoints) or from another recipe's default, and adds its own fields. Every
+    field is assigned on its own line with a comment saying what it means.
+  * `validate_config(config)`: raises `common.ConfigError("config.<field>: ...")` naming
+    the first field that cannot run, before anything compiles; it is
+    `common.validate(config, "<name>", validate_fields)`: the shared fields, the recipe's
+    own (`validate_fields`), then that the environment can be made.
+  * `make_train(config) -> common.Train`: validates, then builds the pure training run.
+
+Hparams and static fields: numeric settings a sweep may vary (lr, max_grad_norm, gamma,
+clip and loss coefficients...) are leaves of `hparams`, a dict of float32 scalars given
+to `train(key, hparams)` and traced, so seeds x hparams vmap in one compiled program;
+`train.default_hparams` holds the config's values. Everything that fixes shapes or
+program structure (batch sizes, horizon, group size, epochs, network, optimizer kind,
+env) is static: it is read from the config when `make_train` runs, and changing it
+recompiles.
+
+`Train` (see `common.Train`): `train.init(key, hparams) -> TrainState` (params,
+optimiser state, the run's RNG key, update count, recipe carry `aux`) and
+`train.run(state, hparams, num_updates) -> (state, metrics)` (a `lax.scan` of updates;
+metrics `{name: [num_updates]}`); `train(key, hparams)` is both for `train.num_updates`.
+`runner.train_and_evaluate(config, workdir)` calls `init` once (or restores a
+checkpoint of that state's shape), then `run` in compiled chunks of
+`config.chunk_updates` updates with all seeds vmapped; because the key lives in the
+state, chunked, resumed and whole runs give the same numbers. It also uses
+`train.num_updates`, `train.env_steps_per_update` (progress and env-step axes) and
+`train.headline` (the metrics printed, plotted and summarised).
+
+Metrics: every update returns `{name: [] float32}` and every recipe reports
+  * `loss`: the loss the update minimised, averaged over its gradient steps; the runner
+    stops a run whose `loss` is not finite (before saving that chunk);
+  * `success`, where the environment has a notion of success (`episodes.has_success`:
+    credit_jax's own environments): the fraction of the episodes sampled by the policy
+    the recipe trains with (DQN: its epsilon-greedy behaviour policy) that solved their
+    original task (not a relabeled goal, not a searched episode);
+  * `greedy_success`, where a recipe measures the greedy policy (DQN, search-then-train):
+    the same fraction for the greedy policy's episodes.
+Recipes add their own (`return`, `grad_norm`, `lr`, `degenerate_frac`, ...).
+
+Optimiser and minibatches: all recipes step through `common.make_optimizer(config)`
+(gradient clipping, then `config.optimizer`: adam by default, adamw or sgd; the learning
+rate applied outside the optimiser state so it stays a traced hparam) and, where they
+take several gradient steps over one batch, `common.minibatch_epochs`.
+
+Adding a recipe is one module plus one config file: write `credit_jax/algos/<name>.py`
+with the three functions, add it to `RECIPES`, and add `configs/<name>_<env>.py` whose
+`get_config(arg)` starts from `<name>.default_config()`, overrides what differs and has
+a "small" variant; tests/test_contract.py then checks it (it needs a tiny variant there).
 """
 from __future__ import annotations
 
-from credit_jax import envs
 from credit_jax.algos import (common, dqn, grpo, grpo_hindsight, ppo, reinforce,
                               search_then_train)
 from credit_jax.algos.common import ConfigError, Train, TrainState
@@ -27,57 +75,21 @@ __all__ = ["RECIPES", "ConfigError", "Train", "TrainState", "make_train",
            "validate_config"]
 
 
-def _validate_common(config) -> None:
-  req = common.require
-  req(config.get("algo") in RECIPES, "algo",
-      f"unknown recipe {config.get('algo')!r}; known: {sorted(RECIPES)}")
-  req(int(config.seeds) >= 1, "seeds", f"must be >= 1, got {config.seeds}")
-  req(config.lr >= 0.0, "lr", f"learning rate must be >= 0, got {config.lr}")
-  req(config.max_grad_norm > 0.0, "max_grad_norm",
-      f"must be > 0, got {config.max_grad_norm}")
-  req(config.adam_eps > 0.0, "adam_eps", f"must be > 0, got {config.adam_eps}")
-  req(int(config.history_window) >= 0, "history_window",
-      f"must be >= 0 (0: no history), got {config.history_window}")
-  sizes = tuple(config.network.hidden_sizes)
-  req(len(sizes) >= 1 and all(int(s) >= 1 for s in sizes), "network.hidden_sizes",
-      f"must be a non-empty list of positive ints, got {sizes}")
-  req(config.network.activation in ("tanh", "relu", "gelu", "silu"), "network.activation",
-      f"must be tanh, relu, gelu or silu, got {config.network.activation!r}")
-  req(int(config.chunk_updates) >= 1, "chunk_updates",
-      f"must be >= 1, got {config.chunk_updates}")
-  req(int(config.checkpoint_every) >= 0, "checkpoint_every",
-      f"must be >= 0 (0: only at the end), got {config.checkpoint_every}")
-  req(config.checkpoint_every % config.chunk_updates == 0, "checkpoint_every",
-      f"{config.checkpoint_every} must be a multiple of chunk_updates="
-      f"{config.chunk_updates} (checkpoints are taken between compiled chunks)")
-  req(int(config.keep_checkpoints) >= 1, "keep_checkpoints",
-      f"must be >= 1, got {config.keep_checkpoints}")
-
-
-def _validate_env(config) -> None:
-  known = envs.registered_envs()
-  common.require(config.env_name in known, "env_name",
-                 f"unknown environment {config.env_name!r}; known: {', '.join(known)}")
-  try:
-    common.make_env(config)
-  except ValueError as e:
-    raise ConfigError(
-        f"config.env_kwargs: cannot make {config.env_name!r} with "
-        f"{dict(config.env_kwargs)}: {e}") from e
+def _recipe(config):
+  common.require(config.get("algo") in RECIPES, "algo",
+                 f"unknown recipe {config.get('algo')!r}; known: {sorted(RECIPES)}")
+  return RECIPES[config.algo]
 
 
 def validate_config(config) -> None:
   """Raises `ConfigError` naming the field when `config` cannot be trained.
 
-  Checks run before anything compiles: shared fields, the recipe's own fields, then
-  that the environment can be made with the given overrides.
+  The recipe named by `config.algo` validates it (shared fields, its own fields, then
+  that the environment can be made); nothing is compiled.
   """
-  _validate_common(config)
-  RECIPES[config.algo].validate_config(config)
-  _validate_env(config)
+  _recipe(config).validate_config(config)
 
 
 def make_train(config) -> Train:
   """Validates `config` and returns its recipe's `Train`."""
-  validate_config(config)
-  return RECIPES[config.algo].make_train(config)
+  return _recipe(config).make_train(config)

@@ -1,12 +1,17 @@
-"""Pieces every recipe shares: the train state, the `Train` object, the optimizer step,
-environment construction, networks from config, and episode statistics.
+"""Pieces every recipe shares: the shared config fields and their checks, the train
+state, the `Train` object, the optimiser, minibatch epochs, and environments and networks
+from config (episode statistics: `credit_jax/algos/episodes.py`).
 
-A recipe module provides `make_train(config) -> Train`. A `Train` is callable as
-`train(key, hparams=None) -> (final_state, metrics)` and is pure: `jax.jit(train)` compiles
-the whole run, `jax.vmap(train)` runs seeds side by side, and because every numeric
-hyperparameter a sweep varies is a leaf of `hparams` (a dict of float32 scalars), a sweep
-over them is `jax.vmap(train)(keys, hparams_batch)` with no recompile. Shape-changing
-settings (batch sizes, horizon, group size, epochs) stay static in the config.
+The recipe contract (what a recipe module exports, its metrics, hparams vs static fields)
+is written down in `credit_jax/algos/__init__.py` and docs/RECIPES.md. In short: a recipe
+provides `default_config()` (starting from `base_config()` here), `validate_config(config)`
+(calling `validate(config, name, fields_fn)` here) and `make_train(config) -> Train`. A
+`Train` is callable as `train(key, hparams=None) -> (final_state, metrics)` and is pure:
+`jax.jit(train)` compiles the whole run, `jax.vmap(train)` runs seeds side by side, and
+because every numeric hyperparameter a sweep varies is a leaf of `hparams` (a dict of
+float32 scalars), a sweep over them is `jax.vmap(train)(keys, hparams_batch)` with no
+recompile. Shape-changing settings (batch sizes, horizon, group size, epochs) stay static
+in the config.
 
 `Train.init` and `Train.run` expose the two halves so the host can run training in
 compiled chunks of U updates (progress, checkpoints) with the state carried between them.
@@ -14,11 +19,13 @@ Because the RNG key lives in the state, chunked and unchunked runs produce the s
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import flax.struct
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 
 from credit_jax import envs, fast_paths, networks
@@ -36,6 +43,118 @@ def require(ok: bool, field: str, message: str) -> None:
   """Raises `ConfigError("config.<field>: <message>")` unless `ok`."""
   if not ok:
     raise ConfigError(f"config.{field}: {message}")
+
+
+# --- the config fields every recipe shares ------------------------------------------------
+
+OPTIMIZERS = ("adam", "adamw", "sgd")
+ACTIVATIONS = ("tanh", "relu", "gelu", "silu")
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """The fields every recipe's `default_config()` starts from (each recipe overrides some).
+
+  Recipe-specific fields (batch shapes, loss coefficients) are added by the recipe.
+  """
+  c = ml_collections.ConfigDict()
+  c.algo = ""                     # recipe name, a key of credit_jax.algos.RECIPES
+  c.env_name = "KeyChain-v0"      # any id of credit_jax.envs.registered_envs()
+  c.env_kwargs = ml_collections.ConfigDict()  # overrides passed to cj.envs.make
+  c.history_window = 0            # >0: observe the last W observations (memory); 0: off
+  c.seed = 0                      # base RNG seed; seed i of a multi-seed run is split from it
+  c.seeds = 1                     # seeds trained side by side in one compiled call (vmap)
+
+  c.optimizer = "adam"            # adam | adamw | sgd; gradients are clipped first
+  c.lr = 3e-3                     # learning rate (a traced hparam: sweepable by vmap)
+  c.anneal_lr = False             # linearly anneal lr to 0 over the run (per update)
+  c.adam_eps = 1e-5               # epsilon of adam / adamw
+  c.weight_decay = 0.0            # decoupled weight decay of adamw (others: must be 0)
+  c.momentum = 0.0                # momentum of sgd (0: plain sgd; others: must be 0)
+  c.max_grad_norm = 1.0           # global gradient-norm clip (a traced hparam)
+
+  c.network = ml_collections.ConfigDict()
+  c.network.hidden_sizes = (64, 64)  # MLP widths of each torso
+  c.network.activation = "tanh"      # tanh | relu | gelu | silu
+  c.network.shared_torso = False     # one torso for policy and value heads, or one each
+
+  c.chunk_updates = 10            # updates per compiled call (one progress line each)
+  c.checkpoint_every = 0          # updates between checkpoints (k * chunk_updates); 0: at the end
+  c.keep_checkpoints = 3          # newest checkpoints kept
+  return c
+
+
+def keychain_env(c: ml_collections.ConfigDict, horizon: int, num_pivotal: int,
+                 num_actions: int = 4) -> ml_collections.ConfigDict:
+  """Sets `c` to train on KeyChain-v0 with episodes of `horizon` steps (also the rollout
+  length `c.horizon`), `num_pivotal` pivotal steps and `num_actions` actions."""
+  c.env_name = "KeyChain-v0"      # any id of credit_jax.envs.registered_envs()
+  c.env_kwargs.horizon = horizon  # KeyChain episode length T
+  c.env_kwargs.num_pivotal = num_pivotal  # pivotal steps k
+  c.env_kwargs.num_actions = num_actions  # actions A (random success (1/A)^k)
+  c.env_kwargs.cue_delay = 0      # steps between a cue and its pivotal step
+  c.horizon = horizon             # rollout steps per episode (>= the env's episode length)
+  return c
+
+
+def _validate_shared(config) -> None:
+  req = require
+  req(int(config.seeds) >= 1, "seeds", f"must be >= 1, got {config.seeds}")
+  optimizer = config.get("optimizer", "adam")
+  req(optimizer in OPTIMIZERS, "optimizer",
+      f"must be one of {OPTIMIZERS}, got {optimizer!r}")
+  req(config.lr >= 0.0, "lr", f"learning rate must be >= 0, got {config.lr}")
+  req(config.max_grad_norm > 0.0, "max_grad_norm",
+      f"must be > 0, got {config.max_grad_norm}")
+  req(config.adam_eps > 0.0, "adam_eps", f"must be > 0, got {config.adam_eps}")
+  decay, momentum = config.get("weight_decay", 0.0), config.get("momentum", 0.0)
+  req(decay >= 0.0 and (decay == 0.0 or optimizer == "adamw"), "weight_decay",
+      f"must be >= 0, and 0 unless optimizer='adamw'; got {decay} with {optimizer!r}")
+  req(0.0 <= momentum < 1.0 and (momentum == 0.0 or optimizer == "sgd"), "momentum",
+      f"must lie in [0, 1), and be 0 unless optimizer='sgd'; got {momentum} with "
+      f"{optimizer!r}")
+  req(int(config.history_window) >= 0, "history_window",
+      f"must be >= 0 (0: no history), got {config.history_window}")
+  sizes = tuple(config.network.hidden_sizes)
+  req(len(sizes) >= 1 and all(int(s) >= 1 for s in sizes), "network.hidden_sizes",
+      f"must be a non-empty list of positive ints, got {sizes}")
+  req(config.network.activation in ACTIVATIONS, "network.activation",
+      f"must be tanh, relu, gelu or silu, got {config.network.activation!r}")
+  req(int(config.chunk_updates) >= 1, "chunk_updates",
+      f"must be >= 1, got {config.chunk_updates}")
+  req(int(config.checkpoint_every) >= 0, "checkpoint_every",
+      f"must be >= 0 (0: only at the end), got {config.checkpoint_every}")
+  req(config.checkpoint_every % config.chunk_updates == 0, "checkpoint_every",
+      f"{config.checkpoint_every} must be a multiple of chunk_updates="
+      f"{config.chunk_updates} (checkpoints are taken between compiled chunks)")
+  req(int(config.keep_checkpoints) >= 1, "keep_checkpoints",
+      f"must be >= 1, got {config.keep_checkpoints}")
+
+
+def _validate_env(config) -> None:
+  known = envs.registered_envs()
+  require(config.env_name in known, "env_name",
+          f"unknown environment {config.env_name!r}; known: {', '.join(known)}")
+  try:
+    make_env(config)
+  except ValueError as e:
+    raise ConfigError(
+        f"config.env_kwargs: cannot make {config.env_name!r} with "
+        f"{dict(config.env_kwargs)}: {e}") from e
+
+
+def validate(config, algo: str, fields_fn: Callable[[Any], None]) -> None:
+  """A recipe's whole `validate_config`: shared fields, the recipe's own, the environment.
+
+  Raises `ConfigError` naming the first field that cannot run: `config.algo` must be
+  `algo`, then the fields of `base_config()`, then `fields_fn(config)` (the recipe's own
+  fields), then the environment must be makeable with `config.env_kwargs`. Nothing is
+  compiled.
+  """
+  require(config.get("algo") == algo, "algo",
+          f"this is the {algo!r} recipe's validation, got algo={config.get('algo')!r}")
+  _validate_shared(config)
+  fields_fn(config)
+  _validate_env(config)
 
 
 @flax.struct.dataclass
@@ -111,14 +230,50 @@ def _raw_key(key: Array) -> Array:
 
 # --- optimisation -----------------------------------------------------------------------
 
-def make_optimizer(max_grad_norm: Array, adam_eps: float) -> optax.GradientTransformation:
-  """Gradient clipping then Adam's scaling; the learning rate is applied by `apply_gradients`.
+@dataclasses.dataclass(frozen=True)
+class Optimizer:
+  """The optimiser every recipe steps with, chosen by `config.optimizer`.
 
-  The optimizer state holds no hyperparameter, so `max_grad_norm` may be a traced value
-  and the learning rate can be annealed or swept without `inject_hyperparams`.
+  Gradients are clipped to global norm `max_grad_norm`, then scaled by the chosen rule
+  (adam: Adam's moments; adamw: Adam's plus decoupled weight decay; sgd: identity, or
+  momentum); the update is `params - lr * scaled`. Neither `lr` nor `max_grad_norm` lives
+  in the optimiser state, so both may be traced hparams (annealed or swept by vmap
+  without `inject_hyperparams`); `kind`, `eps`, `weight_decay` and `momentum` are static.
   """
-  return optax.chain(optax.clip_by_global_norm(max_grad_norm),
-                     optax.scale_by_adam(eps=adam_eps))
+  kind: str = "adam"
+  eps: float = 1e-5
+  weight_decay: float = 0.0
+  momentum: float = 0.0
+
+  def transform(self, max_grad_norm: Array) -> optax.GradientTransformation:
+    """Clipping then the scaling rule, without the learning rate."""
+    if self.kind in ("adam", "adamw"):
+      scale = optax.scale_by_adam(eps=self.eps)
+      if self.kind == "adamw":
+        scale = optax.chain(scale, optax.add_decayed_weights(self.weight_decay))
+    elif self.kind == "sgd":
+      scale = optax.trace(decay=self.momentum) if self.momentum else optax.identity()
+    else:
+      raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.kind!r}")
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), scale)
+
+  def init(self, params, max_grad_norm: Array):
+    """The optimiser state for `params`."""
+    return self.transform(max_grad_norm).init(params)
+
+  def apply(self, params, opt_state, grads, lr: Array, max_grad_norm: Array):
+    """One step; returns `(params, opt_state, grad_norm [])` (the norm before clipping)."""
+    updates, opt_state = self.transform(max_grad_norm).update(grads, opt_state, params)
+    params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
+    grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
+    return params, opt_state, grad_norm
+
+
+def make_optimizer(config) -> Optimizer:
+  """The `Optimizer` of `config.optimizer` (adam when a config predates the field)."""
+  return Optimizer(kind=str(config.get("optimizer", "adam")), eps=float(config.adam_eps),
+                   weight_decay=float(config.get("weight_decay", 0.0)),
+                   momentum=float(config.get("momentum", 0.0)))
 
 
 def learning_rate(lr: Array, update: Array, num_updates: int, anneal: bool) -> Array:
@@ -126,16 +281,6 @@ def learning_rate(lr: Array, update: Array, num_updates: int, anneal: bool) -> A
   if not anneal:
     return lr
   return lr * (1.0 - update.astype(jnp.float32) / num_updates)
-
-
-def apply_gradients(params, opt_state, grads, lr: Array, max_grad_norm: Array,
-                    adam_eps: float):
-  """One optimizer step; returns `(params, opt_state, grad_norm [])` (norm before clipping)."""
-  tx = make_optimizer(max_grad_norm, adam_eps)
-  updates, opt_state = tx.update(grads, opt_state, params)
-  params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
-  grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
-  return params, opt_state, grad_norm
 
 
 # Rounds of the Feistel bijection in `shuffle_indices`.
@@ -217,7 +362,7 @@ def shuffle_indices(key: Array, size: int) -> Array:
 
 def minibatch_epochs(loss_fn: Callable, params, opt_state, data, key: Array, *,
                      num_epochs: int, num_minibatches: int, axis: int, lr: Array,
-                     max_grad_norm: Array, adam_eps: float):
+                     max_grad_norm: Array, optimizer: Optimizer):
   """`num_epochs` shuffled passes of `num_minibatches` gradient steps over `data`.
 
   Args:
@@ -227,6 +372,8 @@ def minibatch_epochs(loss_fn: Callable, params, opt_state, data, key: Array, *,
       stay time-major when `axis=1` splits whole episodes or groups.
     key: shuffles each epoch (`jax.random.permutation`; `shuffle_indices` when
       `credit_jax.fast_paths` is on when traced).
+    lr, max_grad_norm: [] the (traced) learning rate and clip of every step.
+    optimizer: the `Optimizer` that steps (`make_optimizer(config)`).
 
   Returns:
     `(params, opt_state, metrics)`: metrics are `loss`, `grad_norm` and the aux entries,
@@ -243,7 +390,7 @@ def minibatch_epochs(loss_fn: Callable, params, opt_state, data, key: Array, *,
   def step(carry, mb):
     p, o = carry
     (loss, aux), grads = grad_fn(p, mb)
-    p, o, gnorm = apply_gradients(p, o, grads, lr, max_grad_norm, adam_eps)
+    p, o, gnorm = optimizer.apply(p, o, grads, lr, max_grad_norm)
     return (p, o), {"loss": loss, "grad_norm": gnorm, **aux}
 
   def split(x, perm):
@@ -295,63 +442,17 @@ def init_params(network, key: Array, obs_shape):
   return network.init(key, jnp.zeros(obs_shape, jnp.float32))
 
 
-def init_train_state(network, key: Array, obs_shape, hp, adam_eps: float,
-                     aux_fn: Optional[Callable] = None) -> TrainState:
+def init_train_state(network, key: Array, obs_shape, hp, optimizer: Optimizer,
+                     aux_fn: Optional[Callable] = None, aux_keys: int = 0) -> TrainState:
   """A recipe's first `TrainState`: fresh parameters and optimiser state, update 0.
 
-  `key` is split into the parameters' key and the run's key; `aux_fn(params) -> dict`
-  builds the recipe's extra state (a frozen reference policy, a replay buffer...).
+  `key` is split into `2 + aux_keys` keys: the parameters', `aux_keys` for the recipe's
+  extra state, and the run's (last). `aux_fn(params, *keys) -> dict` builds that extra
+  state (a frozen reference policy, a replay buffer, environments reset with the keys...).
   """
-  k_params, k_run = jax.random.split(key)
+  k_params, *k_aux, k_run = jax.random.split(key, 2 + int(aux_keys))
   params = init_params(network, k_params, obs_shape)
-  opt_state = make_optimizer(hp["max_grad_norm"], adam_eps).init(params)
+  opt_state = optimizer.init(params, hp["max_grad_norm"])
   return TrainState(params=params, opt_state=opt_state, key=k_run,
                     update=jnp.zeros((), jnp.int32),
-                    aux={} if aux_fn is None else aux_fn(params))
-
-
-# --- statistics -------------------------------------------------------------------------
-
-def masked_mean(x: Array, mask: Array) -> Array:
-  """Mean of `x` over entries where `mask` is True (0 when none is); same shapes."""
-  mask = mask.astype(x.dtype)
-  return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-
-
-def continuing_episode_stats(rewards: Array, dones: Array, running: Array,
-                             previous_mean: Array) -> Tuple[Array, Array, Array]:
-  """Returns of episodes that end inside a fixed-length, auto-resetting rollout.
-
-  Args:
-    rewards: [T, B] rewards.
-    dones: [T, B] bool, an episode ended at step t.
-    running: [B] return accumulated so far by each env's current episode.
-    previous_mean: [] the value to report when no episode ended in this rollout.
-
-  Returns:
-    `(running [B], mean_return [], num_episodes [])`: the carried partial returns, the
-    mean return of the episodes that ended (or `previous_mean`), and how many ended.
-  """
-  if rewards.shape != dones.shape or rewards.shape[1:] != running.shape:
-    raise ValueError(
-        f"rewards [T, B], dones [T, B] and running [B] disagree: {rewards.shape}, "
-        f"{dones.shape}, {running.shape}")
-
-  # Vectorised rather than scanned: a sequential scan over T costs more on CPU than the
-  # whole bookkeeping. c[t] is the running total including the carried partial return;
-  # an episode ending at t returned c[t] minus c at the previous end (or 0).
-  num_steps = rewards.shape[0]
-  totals = running[None] + jnp.cumsum(rewards, axis=0)                 # [T, B]
-  steps = jnp.arange(num_steps)[:, None]
-  last_end = jax.lax.cummax(jnp.where(dones, steps, -1), axis=0)       # [T, B]
-  prev_end = jnp.concatenate([jnp.full_like(last_end[:1], -1), last_end[:-1]], axis=0)
-  offset = jnp.where(prev_end >= 0,
-                     jnp.take_along_axis(totals, jnp.maximum(prev_end, 0), axis=0), 0.0)
-  ended = jnp.where(dones, totals - offset, 0.0)
-  final_end = last_end[-1]                                              # [B]
-  running = totals[-1] - jnp.where(
-      final_end >= 0, jnp.take_along_axis(totals, jnp.maximum(final_end, 0)[None],
-                                          axis=0)[0], 0.0)
-  count = jnp.sum(dones)
-  mean = jnp.where(count > 0, jnp.sum(ended) / jnp.maximum(count, 1), previous_mean)
-  return running, mean, count.astype(jnp.float32)
+                    aux={} if aux_fn is None else aux_fn(params, *k_aux))

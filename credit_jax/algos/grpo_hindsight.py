@@ -32,11 +32,14 @@ relabeled examples add to GRPO's gradient rather than dilute it. Hyperparameters
 `hparams` (traced): lr, clip_eps, ent_coef, max_grad_norm, relabel_weight,
 relabel_threshold, relabel_ramp, rho_clip, importance_weighted (the modes are traced
 values, see `mode_hparams`, so all three run in one compiled program).
+
+`success` is the fraction of the sampled episodes that solved their original goal.
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
 import credit_jax as cj
 from credit_jax import envs, hindsight, networks, rollout
@@ -59,9 +62,37 @@ def mode_hparams(mode: str, relabel_weight: float = 1.0) -> dict:
           "importance_weighted": 1.0 if mode == "iw" else 0.0}
 
 
-def validate_config(config) -> None:
-  """Raises `ConfigError` naming the first field that cannot run."""
-  grpo.validate_config(config)
+def default_config() -> ml_collections.ConfigDict:
+  """GRPO + relabeling ("plain", goals from each failure's final state) on GoalGrid-v0.
+
+  A 9x9 open grid whose goal is any cell, 18 steps (random success 13%); why this task
+  and what each mode measured there: configs/hindsight.py.
+  """
+  c = dqn.add_relabel_fields(grpo.default_config())
+  c.algo = "grpo_hindsight"       # this recipe
+  c.env_name = "GoalGrid-v0"      # a goal environment
+  c.env_kwargs = ml_collections.ConfigDict()  # overrides passed to cj.envs.make
+  c.env_kwargs.size = 9           # grid side
+  c.env_kwargs.targets = "all"    # every cell can be the goal
+  c.env_kwargs.max_steps_in_episode = 18  # time limit
+  c.horizon = 18                  # rollout steps per episode (the env's limit)
+  c.num_updates = 150             # updates (one group rollout each)
+  c.max_grad_norm = 1.0           # global gradient-norm clip (a traced hparam)
+  c.relabel = "plain"             # none | plain | iw (importance-weighted)
+  c.relabel_strategy = "final"    # final | episode: where relabeled goals come from
+  c.relabel_goals = 1             # relabeled episodes per failed episode
+  c.relabel_threshold = 0.8       # real success rate at which relabeling switches off
+  c.relabel_ramp = 0.3            # it fades out over [threshold - ramp, threshold]
+  c.rho_clip = 1.0                # largest importance weight, "iw" mode (a traced hparam)
+  c.chunk_updates = 25            # updates per compiled call (one progress line each)
+  c.checkpoint_every = 0          # updates between checkpoints (k * chunk_updates); 0: at the end
+  c.keep_checkpoints = 1          # newest checkpoints kept
+  return c
+
+
+def validate_fields(config) -> None:
+  """Raises `ConfigError` naming the first recipe-specific field that cannot run."""
+  grpo.validate_fields(config)
   req = common.require
   req(config.relabel in MODES, "relabel", f"must be one of {MODES}, got {config.relabel!r}")
   req(config.relabel_strategy in ("final", "episode"), "relabel_strategy",
@@ -77,21 +108,27 @@ def validate_config(config) -> None:
   dqn.validate_relabel_fields(config)
 
 
+def validate_config(config) -> None:
+  """Raises `ConfigError` naming the first field of `config` that cannot run."""
+  common.validate(config, "grpo_hindsight", validate_fields)
+
+
 def make_train(config) -> common.Train:
   """`Train` for GRPO(+hindsight) on goal environment `config.env_name`."""
+  validate_config(config)
   env, env_params = common.make_env(config)
   env = envs.DesiredGoalWrapper(env)
   network, obs_shape = common.make_network(config, env, env_params, value_head=False)
   policy_fn = networks.make_policy_fn(network)
   num_tasks, group, horizon = int(config.num_tasks), int(config.group_size), int(config.horizon)
   n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
-  n_updates, adam_eps = int(config.num_updates), float(config.adam_eps)
+  n_updates, optimizer = int(config.num_updates), common.make_optimizer(config)
   kind = str(config.advantage)
   strategy, num_goals = str(config.relabel_strategy), int(config.relabel_goals)
   ema_decay = float(config.success_ema)
 
   def init_fn(key, hp):
-    return common.init_train_state(network, key, obs_shape, hp, adam_eps,
+    return common.init_train_state(network, key, obs_shape, hp, optimizer,
                                    lambda params: {"success_ema": jnp.zeros(())})
 
   def log_probs_of(params, obs, actions):
@@ -159,7 +196,7 @@ def make_train(config) -> common.Train:
     params, opt_state, metrics = common.minibatch_epochs(
         lambda p, mb: loss_fn(p, mb, hp), state.params, state.opt_state, data, k_perm,
         num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
-        max_grad_norm=hp["max_grad_norm"], adam_eps=adam_eps)
+        max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
     metrics.update(rel_metrics)
     metrics.update({
         "lr": lr, "return": returns.mean(), "success": success, "success_ema": ema,

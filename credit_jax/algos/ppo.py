@@ -10,6 +10,11 @@ Defaults reproduce PureJaxRL's CartPole setting (4 envs x 128 steps, 4 epochs x 
 minibatches, lr 2.5e-4 annealed, gamma .99, lambda .95, clip .2, entropy .01, value .5,
 grad norm .5, 64-unit tanh MLPs) with one difference on purpose: truncation bootstraps.
 
+Metrics: `loss` and the clipped-surrogate pieces averaged over the minibatch steps,
+`return` (mean return of the episodes that ended in this rollout) and, where the env has
+success (`episodes.has_success`), `success`: the fraction of those episodes the sampled
+policy solved (both carry the previous value when no episode ended).
+
 Hyperparameters in `hparams` (traced, sweepable by vmap): lr, gamma, gae_lambda,
 clip_eps, ent_coef, vf_coef, max_grad_norm.
 """
@@ -17,20 +22,49 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
 import credit_jax as cj
 from credit_jax import networks, rollout
-from credit_jax.algos import common, losses
+from credit_jax.algos import common, episodes, losses
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """PPO on CartPole-v1 with PureJaxRL's settings (reaches return ~500 in 5e5 steps)."""
+  c = common.base_config()
+  c.algo = "ppo"                  # this recipe
+  c.env_name = "CartPole-v1"      # any id of credit_jax.envs.registered_envs()
+
+  c.total_timesteps = 500_000     # env steps per seed; updates = this // (envs * steps)
+  c.num_envs = 4                  # parallel environments per seed
+  c.num_steps = 128               # rollout length per update, per environment
+  c.update_epochs = 4             # passes over each rollout
+  c.num_minibatches = 4           # minibatches per pass; must divide num_envs * num_steps
+
+  c.lr = 2.5e-4                   # learning rate (a traced hparam)
+  c.anneal_lr = True              # linearly anneal lr to 0 over the run
+  c.max_grad_norm = 0.5           # global gradient-norm clip (a traced hparam)
+  c.gamma = 0.99                  # discount (a traced hparam)
+  c.gae_lambda = 0.95             # GAE lambda (a traced hparam)
+  c.gae_method = "auto"           # cj.gae method: "scan", "associative" or "auto"
+  c.clip_eps = 0.2                # PPO ratio clip, also the value clip (a traced hparam)
+  c.clip_value_loss = True        # clip the value update around the rollout's values
+  c.ent_coef = 0.01               # entropy bonus weight (a traced hparam)
+  c.vf_coef = 0.5                 # value loss weight (a traced hparam)
+
+  c.chunk_updates = 61            # updates per compiled call (one progress line each)
+  c.checkpoint_every = 244        # updates between checkpoints (k * chunk_updates)
+  return c
 
 
 def num_updates(config) -> int:
   return int(config.total_timesteps) // (config.num_envs * config.num_steps)
 
 
-def validate_config(config) -> None:
-  """Raises `ConfigError` naming the first PPO field that cannot run."""
+def validate_fields(config) -> None:
+  """Raises `ConfigError` naming the first PPO-specific field that cannot run."""
   req = common.require
   for f in ("num_envs", "num_steps", "update_epochs", "num_minibatches"):
     req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
@@ -44,9 +78,16 @@ def validate_config(config) -> None:
   req(0.0 <= config.gamma <= 1.0, "gamma", f"must lie in [0, 1], got {config.gamma}")
   req(0.0 <= config.gae_lambda <= 1.0, "gae_lambda",
       f"must lie in [0, 1], got {config.gae_lambda}")
+  req(config.gae_method in ("scan", "associative", "auto"), "gae_method",
+      f"must be scan, associative or auto, got {config.gae_method!r}")
   req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
   for f in ("ent_coef", "vf_coef"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+
+
+def validate_config(config) -> None:
+  """Raises `ConfigError` naming the first field of `config` that cannot run."""
+  common.validate(config, "ppo", validate_fields)
 
 
 def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
@@ -119,6 +160,7 @@ def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
 
 def make_train(config) -> common.Train:
   """`Train` for PPO on `config.env_name`; see `common.Train` for how to call it."""
+  validate_config(config)
   env, env_params = common.make_env(config)
   network, obs_shape = common.make_network(config, env, env_params, value_head=True)
   # The rollout samples actions only; values come from one pass after it.
@@ -127,23 +169,28 @@ def make_train(config) -> common.Train:
   num_envs, num_steps = int(config.num_envs), int(config.num_steps)
   batch = num_envs * num_steps
   n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
-  adam_eps = float(config.adam_eps)
+  optimizer = common.make_optimizer(config)
+  with_success = episodes.has_success(config)
   clip_value = bool(config.clip_value_loss)
   gae_method = str(config.gae_method)
   # Bootstrapping needs the value of a step's final_obs only where the time limit cut
   # the episode; at most this many times per env and rollout (None: unknown, all rows).
   max_truncations = rollout.max_truncations(env, env_params, num_steps)
 
-  def init_fn(key, hp):
-    k_params, k_env, k_run = jax.random.split(key, 3)
-    params = common.init_params(network, k_params, obs_shape)
-    opt_state = common.make_optimizer(hp["max_grad_norm"], adam_eps).init(params)
+  def init_aux(params, k_env):
+    del params
     obs, env_state = rollout.reset(env, env_params, k_env, num_envs)
     aux = {"env_state": env_state, "obs": obs,
            "running_return": jnp.zeros((num_envs,), jnp.float32),
            "last_return": jnp.zeros((), jnp.float32)}
-    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
-                             update=jnp.zeros((), jnp.int32), aux=aux)
+    if with_success:
+      aux.update(running_hits=jnp.zeros((num_envs,), jnp.float32),
+                 last_success=jnp.zeros((), jnp.float32))
+    return aux
+
+  def init_fn(key, hp):
+    return common.init_train_state(network, key, obs_shape, hp, optimizer, init_aux,
+                                   aux_keys=1)
 
   def loss_fn(params, mb, hp):
     logits, values = network.apply(params, mb["obs"])
@@ -176,17 +223,24 @@ def make_train(config) -> common.Train:
     params, opt_state, metrics = common.minibatch_epochs(
         lambda p, mb: loss_fn(p, mb, hp), params, state.opt_state, data, k_perm,
         num_epochs=n_epochs, num_minibatches=n_mb, axis=0, lr=lr,
-        max_grad_norm=hp["max_grad_norm"], adam_eps=adam_eps)
-    running, mean_return, episodes = common.continuing_episode_stats(
+        max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
+    running, mean_return, num_episodes = episodes.continuing_episode_stats(
         traj.rewards, traj.dones, aux["running_return"], aux["last_return"])
-    metrics.update({"return": mean_return, "episodes": episodes, "lr": lr,
+    metrics.update({"return": mean_return, "episodes": num_episodes, "lr": lr,
                     "value_mean": values.mean(), "advantage_std": advantages.std()})
-    aux = {"env_state": env_state, "obs": obs, "running_return": running,
-           "last_return": mean_return}
+    new_aux = {"env_state": env_state, "obs": obs, "running_return": running,
+               "last_return": mean_return}
+    if with_success:
+      hits, success = episodes.continuing_episode_success(
+          traj.rewards, traj.dones, aux["running_hits"], aux["last_success"])
+      metrics["success"] = success
+      new_aux.update(running_hits=hits, last_success=success)
+    aux = new_aux
     return common.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=aux), metrics
 
   return common.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
-      env_steps_per_update=batch, headline=("return", "entropy"))
+      env_steps_per_update=batch,
+      headline=("success", "return") if with_success else ("return", "entropy"))

@@ -16,6 +16,10 @@ Baseline (`config.baseline`):
   "value":     a learned `V(s_t)` regressed on `G_t`.
 A value head is trained whenever the credit or the baseline needs one.
 
+Metrics: `loss` (policy loss - entropy bonus + value loss), `return` (mean episode
+return) and, where the env has success (`episodes.has_success`), `success`: the fraction
+of the sampled episodes that solved their task.
+
 Hyperparameters in `hparams` (traced): lr, gamma, gae_lambda, ent_coef, vf_coef,
 max_grad_norm.
 """
@@ -23,10 +27,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
 import credit_jax as cj
 from credit_jax import networks, rollout
-from credit_jax.algos import common, losses
+from credit_jax.algos import common, episodes, losses
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm")
 CREDITS = ("terminal", "rtg", "gae")
@@ -37,8 +42,30 @@ def needs_value(config) -> bool:
   return config.credit == "gae" or config.baseline == "value"
 
 
-def validate_config(config) -> None:
-  """Raises `ConfigError` naming the first REINFORCE field that cannot run."""
+def default_config() -> ml_collections.ConfigDict:
+  """REINFORCE with returns-to-go and a leave-one-out baseline on KeyChain-v0 (T=20, k=2)."""
+  c = common.keychain_env(common.base_config(), horizon=20, num_pivotal=2)
+  c.algo = "reinforce"            # this recipe
+
+  c.num_updates = 200             # updates (one batch of episodes each)
+  c.num_envs = 64                 # episodes per update
+  c.credit = "rtg"                # terminal | rtg | gae: what each step is credited with
+  c.baseline = "mean"             # none | mean (leave-one-out) | value (learned)
+  c.normalize_advantages = False  # standardise advantages over the batch
+
+  c.lr = 3e-3                     # learning rate (a traced hparam)
+  c.gamma = 1.0                   # discount of returns-to-go / lambda-returns (traced)
+  c.gae_lambda = 0.95             # lambda of credit="gae" (a traced hparam)
+  c.ent_coef = 0.0                # entropy bonus weight (a traced hparam)
+  c.vf_coef = 0.5                 # value loss weight, credit="gae" or baseline="value" (traced)
+
+  c.chunk_updates = 25            # updates per compiled call (one progress line each)
+  c.checkpoint_every = 50         # updates between checkpoints (k * chunk_updates)
+  return c
+
+
+def validate_fields(config) -> None:
+  """Raises `ConfigError` naming the first REINFORCE-specific field that cannot run."""
   req = common.require
   req(config.credit in CREDITS, "credit", f"must be one of {CREDITS}, got {config.credit!r}")
   req(config.baseline in BASELINES, "baseline",
@@ -55,6 +82,11 @@ def validate_config(config) -> None:
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
 
 
+def validate_config(config) -> None:
+  """Raises `ConfigError` naming the first field of `config` that cannot run."""
+  common.validate(config, "reinforce", validate_fields)
+
+
 def leave_one_out_mean(x, mask):
   """`[T, B]` mean of `x` over the other batch entries where `mask`, per step (0 if none)."""
   mask = mask.astype(x.dtype)
@@ -66,18 +98,20 @@ def leave_one_out_mean(x, mask):
 
 def make_train(config) -> common.Train:
   """`Train` for REINFORCE on `config.env_name`; see `common.Train` for how to call it."""
+  validate_config(config)
   env, env_params = common.make_env(config)
   with_value = needs_value(config)
   network, obs_shape = common.make_network(config, env, env_params, value_head=with_value)
   policy_fn = networks.make_policy_fn(network)
   num_envs, horizon = int(config.num_envs), int(config.horizon)
   n_updates = int(config.num_updates)
-  adam_eps = float(config.adam_eps)
+  optimizer = common.make_optimizer(config)
+  with_success = episodes.has_success(config)
   credit, baseline = str(config.credit), str(config.baseline)
   normalize = bool(config.normalize_advantages)
 
   def init_fn(key, hp):
-    return common.init_train_state(network, key, obs_shape, hp, adam_eps)
+    return common.init_train_state(network, key, obs_shape, hp, optimizer)
 
   def credit_and_baseline(traj, params, hp):
     """([T, B] credit G_t, [T, B] baseline b_t); both constants for the policy loss."""
@@ -107,12 +141,12 @@ def make_train(config) -> common.Train:
   def loss_fn(params, traj, g, adv, hp):
     logits, values = network.apply(params, traj.obs)
     log_probs = networks.categorical_log_prob(logits, traj.actions)
-    pg = common.masked_mean(losses.reinforce(log_probs, adv), traj.valid)
-    entropy = common.masked_mean(networks.categorical_entropy(logits), traj.valid)
+    pg = episodes.masked_mean(losses.reinforce(log_probs, adv), traj.valid)
+    entropy = episodes.masked_mean(networks.categorical_entropy(logits), traj.valid)
     loss = pg - hp["ent_coef"] * entropy
     v_loss = jnp.zeros(())
     if with_value:
-      v_loss = common.masked_mean(losses.value_loss(values, g), traj.valid)
+      v_loss = episodes.masked_mean(losses.value_loss(values, g), traj.valid)
       loss = loss + hp["vf_coef"] * v_loss
     return loss, {"policy_loss": pg, "value_loss": v_loss, "entropy": entropy}
 
@@ -123,25 +157,27 @@ def make_train(config) -> common.Train:
     g, b = credit_and_baseline(traj, state.params, hp)
     adv = g - b
     if normalize:
-      mean = common.masked_mean(adv, traj.valid)
-      std = jnp.sqrt(common.masked_mean(jnp.square(adv - mean), traj.valid))
+      mean = episodes.masked_mean(adv, traj.valid)
+      std = jnp.sqrt(episodes.masked_mean(jnp.square(adv - mean), traj.valid))
       adv = (adv - mean) / (std + 1e-8)
     (loss, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params, traj, g, adv, hp)
     lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-    params, opt_state, gnorm = common.apply_gradients(
-        state.params, state.opt_state, grads, lr, hp["max_grad_norm"], adam_eps)
+    params, opt_state, gnorm = optimizer.apply(state.params, state.opt_state, grads, lr,
+                                               hp["max_grad_norm"])
     ep_return = jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), axis=0)    # [B]
     metrics = {"loss": loss, "grad_norm": gnorm, "lr": lr, **m,
                "return": ep_return.mean(),
-               "success": jnp.mean((ep_return > 0).astype(jnp.float32)),
                "episode_length": jnp.sum(traj.valid, axis=0).astype(jnp.float32).mean(),
-               "advantage_std": jnp.sqrt(common.masked_mean(
-                   jnp.square(adv - common.masked_mean(adv, traj.valid)), traj.valid))}
+               "advantage_std": jnp.sqrt(episodes.masked_mean(
+                   jnp.square(adv - episodes.masked_mean(adv, traj.valid)), traj.valid))}
+    if with_success:
+      metrics["success"] = jnp.mean((ep_return > 0).astype(jnp.float32))
     return common.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=state.aux), metrics
 
   return common.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
-      env_steps_per_update=num_envs * horizon, headline=("success", "return"))
+      env_steps_per_update=num_envs * horizon,
+      headline=("success", "return") if with_success else ("return",))

@@ -30,6 +30,9 @@ without search on the update's tasks.
 Under `jax.vmap` over seeds the search's `lax.cond` becomes a select, so the search is
 computed on every update but only used on search updates.
 
+`success` is the fraction of the sampled episodes (without search) that solved their
+task; `greedy_success` that of the greedy policy's episodes on the update's tasks.
+
 Hyperparameters in `hparams` (traced): lr, clip_eps, ent_coef, max_grad_norm,
 search_weight, search_exploration.
 """
@@ -37,19 +40,40 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
 import credit_jax as cj
 from credit_jax import networks, rollout
 from credit_jax import search as search_lib
-from credit_jax.algos import common, grpo, losses
+from credit_jax.algos import common, episodes, grpo, losses
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "search_weight",
            "search_exploration")
 
 
-def validate_config(config) -> None:
-  """Raises `ConfigError` naming the first field that cannot run."""
-  grpo.validate_config(config)
+def default_config() -> ml_collections.ConfigDict:
+  """Search then train on KeyChain-v0 (T=10, k=6, A=4: random success 2.4e-4, about one
+  success per 30 updates of 128 sampled episodes), searching every update."""
+  c = common.keychain_env(grpo.default_config(), horizon=10, num_pivotal=6)
+  c.algo = "search_then_train"    # this recipe
+  c.loss_aggregation = "token_mean"  # the recipe's weighted token mean (the only choice)
+
+  c.search_every = 1              # search on every n-th update; 0: never (plain GRPO arm)
+  c.search_tasks = 16             # all-failed tasks searched per search update (<= num_tasks)
+  c.search_simulations = 64       # simulations per searched task
+  c.search_selection = "puct"     # puct | ucb1
+  c.search_rollout = "sample"     # leaf rollouts: sample | greedy (from the policy)
+  c.search_exploration = 1.25     # PUCT/UCB1 constant (a traced hparam)
+  c.search_weight = 0.5           # weight of a searched episode's steps, in [0, 1] (traced)
+
+  c.checkpoint_every = 0          # updates between checkpoints (k * chunk_updates); 0: at the end
+  c.keep_checkpoints = 1          # newest checkpoints kept
+  return c
+
+
+def validate_fields(config) -> None:
+  """Raises `ConfigError` naming the first recipe-specific field that cannot run."""
+  grpo.validate_fields(config)
   req = common.require
   req(config.loss_aggregation == "token_mean", "loss_aggregation",
       f"search-then-train uses a weighted token mean, got {config.loss_aggregation!r}")
@@ -69,6 +93,11 @@ def validate_config(config) -> None:
       f"the weight of a searched episode is bounded to [0, 1], got {config.search_weight}")
   req(config.search_exploration >= 0.0, "search_exploration",
       f"must be >= 0, got {config.search_exploration}")
+
+
+def validate_config(config) -> None:
+  """Raises `ConfigError` naming the first field of `config` that cannot run."""
+  common.validate(config, "search_then_train", validate_fields)
 
 
 def group_rollout(env, env_params, policy_fn, params, key, num_tasks: int, group_size: int,
@@ -95,7 +124,8 @@ def make_train(config) -> common.Train:
   policy_fn = networks.make_policy_fn(network)
   num_tasks, group, horizon = int(config.num_tasks), int(config.group_size), int(config.horizon)
   n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
-  n_updates, adam_eps = int(config.num_updates), float(config.adam_eps)
+  n_updates, optimizer = int(config.num_updates), common.make_optimizer(config)
+  with_success = episodes.has_success(config)
   kind = str(config.advantage)
   search_every, n_search = int(config.search_every), int(config.search_tasks)
 
@@ -113,7 +143,7 @@ def make_train(config) -> common.Train:
     return action, networks.categorical_log_prob(logits, action), ()
 
   def init_fn(key, hp):
-    return common.init_train_state(network, key, obs_shape, hp, adam_eps)
+    return common.init_train_state(network, key, obs_shape, hp, optimizer)
 
   def log_probs_of(params, obs, actions):
     logits, _ = network.apply(params, obs)
@@ -125,8 +155,6 @@ def make_train(config) -> common.Train:
     return losses.weighted_clipped_policy_loss(
         log_probs, mb["log_probs"], mb["advantages"], networks.categorical_entropy(logits),
         w, jnp.sum(w[..., :group]), hp["clip_eps"], hp["ent_coef"])  # / valid sampled steps
-
-  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
   def searched_member(params, key, obs0, states0, failed, update, hp):
     """Member K+1 of every task: the searched episode where search found a success."""
@@ -201,24 +229,11 @@ def make_train(config) -> common.Train:
             "weights": weights}
     lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
 
-    def minibatch_step(carry, mb):
-      p, o = carry
-      (loss, m), grads = grad_fn(p, mb, hp)
-      p, o, gnorm = common.apply_gradients(p, o, grads, lr, hp["max_grad_norm"], adam_eps)
-      return (p, o), {"loss": loss, "grad_norm": gnorm, **m}
-
-    def epoch(carry, k):
-      perm = jax.random.permutation(k, num_tasks)
-
-      def split(x):  # minibatches of whole groups (task axis 1): [M, T, n, K + 1, ...]
-        x = jnp.take(x, perm, axis=1)
-        x = x.reshape((x.shape[0], n_mb, num_tasks // n_mb) + x.shape[2:])
-        return jnp.moveaxis(x, 1, 0)
-      return jax.lax.scan(minibatch_step, carry, jax.tree.map(split, data))
-
-    (params, opt_state), m = jax.lax.scan(epoch, (state.params, state.opt_state),
-                                          jax.random.split(k_perm, n_epochs))
-    metrics = jax.tree.map(jnp.mean, m)
+    # Minibatches split the task axis (axis 1), so every group stays whole.
+    params, opt_state, metrics = common.minibatch_epochs(
+        lambda p, mb: loss_fn(p, mb, hp), state.params, state.opt_state, data, k_perm,
+        num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
+        max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
     metrics.update(search_metrics)
     # How far the update moved the policy towards the searched episodes.
     found = per_task["found"]
@@ -226,13 +241,15 @@ def make_train(config) -> common.Train:
     logp_after = jnp.where(member["valid"], logp_after, 0.0).sum(0)    # [N]
     metrics["searched_logp_episode_after"] = (
         jnp.sum(jnp.where(found, logp_after, 0.0)) / jnp.maximum(jnp.sum(found), 1))
-    greedy = rollout.collect_episodes(env, env_params, greedy_policy, state.params, k_greedy,
-                                      num_tasks, horizon)
-    greedy_returns = jnp.sum(jnp.where(greedy.valid, greedy.rewards, 0.0), axis=0)
+    if with_success:
+      greedy = rollout.collect_episodes(env, env_params, greedy_policy, state.params,
+                                        k_greedy, num_tasks, horizon)
+      greedy_returns = jnp.sum(jnp.where(greedy.valid, greedy.rewards, 0.0), axis=0)
+      metrics.update({
+          "success": jnp.mean((returns > 0).astype(jnp.float32)),
+          "greedy_success": jnp.mean((greedy_returns > 0).astype(jnp.float32))})
     metrics.update({
         "lr": lr, "return": returns.mean(),
-        "success": jnp.mean((returns > 0).astype(jnp.float32)),
-        "greedy_success": jnp.mean((greedy_returns > 0).astype(jnp.float32)),
         "all_failed_frac": jnp.mean(failed.astype(jnp.float32)),
         "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
         "sample_env_steps": jnp.sum(valid).astype(jnp.float32),
@@ -244,4 +261,5 @@ def make_train(config) -> common.Train:
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
       env_steps_per_update=num_tasks * group * horizon,
-      headline=("success", "search_found", "greedy_success", "degenerate_frac"))
+      headline=(("success", "search_found", "greedy_success") if with_success
+                else ("return", "search_found")) + ("degenerate_frac",))

@@ -1,0 +1,107 @@
+"""Episode statistics the recipes report: masked means, success, and the returns and
+success of episodes that end inside fixed-length, auto-resetting rollouts."""
+from __future__ import annotations
+
+from typing import Tuple
+
+import jax
+import jax.numpy as jnp
+
+from credit_jax import envs
+
+Array = jax.Array
+
+
+def masked_mean(x: Array, mask: Array) -> Array:
+  """Mean of `x` over entries where `mask` is True (0 when none is); same shapes."""
+  mask = mask.astype(x.dtype)
+  return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def has_success(config) -> bool:
+  """Whether `config.env_name` has a notion of success the recipes report as `success`.
+
+  credit_jax's own environments (`envs.CreditEnv`: KeyChain and the goal environments)
+  pay a reward of 1 for solving the task and 0 otherwise, so an episode succeeded iff its
+  return is positive. gymnax's environments (CartPole, ...) have no success notion.
+  """
+  try:
+    env, _ = envs.make(config.env_name, **dict(config.get("env_kwargs", {}) or {}))
+  except ValueError:
+    return False
+  return isinstance(env, envs.CreditEnv)
+
+
+def _ended_totals(x: Array, dones: Array, running: Array) -> Tuple[Array, Array]:
+  """Per-episode sums of `x` [T, B] over episodes that end inside the rollout.
+
+  Returns `(ended [T, B], running [B])`: at a step where an episode ends, its total
+  (including the carried `running` part), else 0; and the carried partial totals.
+  """
+  # Vectorised rather than scanned: a sequential scan over T costs more on CPU than the
+  # whole bookkeeping. c[t] is the running total including the carried partial sum;
+  # an episode ending at t summed c[t] minus c at the previous end (or 0).
+  num_steps = x.shape[0]
+  totals = running[None] + jnp.cumsum(x, axis=0)                       # [T, B]
+  steps = jnp.arange(num_steps)[:, None]
+  last_end = jax.lax.cummax(jnp.where(dones, steps, -1), axis=0)       # [T, B]
+  prev_end = jnp.concatenate([jnp.full_like(last_end[:1], -1), last_end[:-1]], axis=0)
+  offset = jnp.where(prev_end >= 0,
+                     jnp.take_along_axis(totals, jnp.maximum(prev_end, 0), axis=0), 0.0)
+  ended = jnp.where(dones, totals - offset, 0.0)
+  final_end = last_end[-1]                                              # [B]
+  running = totals[-1] - jnp.where(
+      final_end >= 0, jnp.take_along_axis(totals, jnp.maximum(final_end, 0)[None],
+                                          axis=0)[0], 0.0)
+  return ended, running
+
+
+def _check_continuing(rewards: Array, dones: Array, running: Array) -> None:
+  if rewards.shape != dones.shape or rewards.shape[1:] != running.shape:
+    raise ValueError(
+        f"rewards [T, B], dones [T, B] and running [B] disagree: {rewards.shape}, "
+        f"{dones.shape}, {running.shape}")
+
+
+def continuing_episode_stats(rewards: Array, dones: Array, running: Array,
+                             previous_mean: Array) -> Tuple[Array, Array, Array]:
+  """Returns of episodes that end inside a fixed-length, auto-resetting rollout.
+
+  Args:
+    rewards: [T, B] rewards.
+    dones: [T, B] bool, an episode ended at step t.
+    running: [B] return accumulated so far by each env's current episode.
+    previous_mean: [] the value to report when no episode ended in this rollout.
+
+  Returns:
+    `(running [B], mean_return [], num_episodes [])`: the carried partial returns, the
+    mean return of the episodes that ended (or `previous_mean`), and how many ended.
+  """
+  _check_continuing(rewards, dones, running)
+  ended, running = _ended_totals(rewards, dones, running)
+  count = jnp.sum(dones)
+  mean = jnp.where(count > 0, jnp.sum(ended) / jnp.maximum(count, 1), previous_mean)
+  return running, mean, count.astype(jnp.float32)
+
+
+def continuing_episode_success(rewards: Array, dones: Array, running_hits: Array,
+                               previous: Array) -> Tuple[Array, Array]:
+  """Success rate of episodes that end inside a fixed-length, auto-resetting rollout.
+
+  An episode succeeded iff one of its rewards is positive (see `has_success`).
+
+  Args:
+    rewards: [T, B] rewards; dones: [T, B] bool, an episode ended at step t.
+    running_hits: [B] positive rewards so far in each env's current episode.
+    previous: [] the value to report when no episode ended in this rollout.
+
+  Returns:
+    `(running_hits [B], success [])`.
+  """
+  _check_continuing(rewards, dones, running_hits)
+  ended, running_hits = _ended_totals((rewards > 0).astype(jnp.float32), dones,
+                                      running_hits)
+  count = jnp.sum(dones)
+  hits = jnp.sum(jnp.logical_and(dones, ended > 0))
+  success = jnp.where(count > 0, hits / jnp.maximum(count, 1), previous)
+  return running_hits, success.astype(jnp.float32)
