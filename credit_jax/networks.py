@@ -9,7 +9,7 @@ hyperparameters needs no framework glue. The categorical helpers work on logits 
 
 Memory (KeyChain with `cue_delay`): the history model is the same `ActorCritic` over a
 fixed window of the last `W` observations (`[W, *obs_shape]`, oldest first, `obs_rank`
-one higher), as produced by `credit_jax.algos.history.HistoryWrapper`. A window, not a
+one higher), as produced by `credit_jax.envs.HistoryWrapper`. A window, not a
 recurrent cell, because the rollout engine calls `policy_fn(params, obs, key)` without a
 recurrent carry: the window lives in the environment state and rolls with it, so
 scanned/vmapped rollouts, auto-reset and group rollouts need nothing extra. A window of
