@@ -83,6 +83,9 @@ def test_actor_critic_on_and_off_agree(num_actions, obs_dim):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+_OPT = common.Optimizer(kind="adam", eps=1e-8)
+
+
 def _reference_epochs(shuffle, params, opt_state, data, key, epochs, minibatches):
   """minibatch_epochs as a Python loop over explicit permutations."""
   n = data.shape[0]
@@ -91,8 +94,7 @@ def _reference_epochs(shuffle, params, opt_state, data, key, epochs, minibatches
   @jax.jit
   def step(params, opt_state, mb):
     (loss, _), grads = jax.value_and_grad(_loss, has_aux=True)(params, mb)
-    params, opt_state, _ = common.apply_gradients(params, opt_state, grads, 0.1,
-                                                  jnp.float32(1e9), 1e-8)
+    params, opt_state, _ = _OPT.apply(params, opt_state, grads, 0.1, jnp.float32(1e9))
     return params, opt_state, loss
   for k in jax.random.split(key, epochs):
     perm = np.asarray(jax.jit(shuffle, static_argnums=1)(k, n))
@@ -110,12 +112,12 @@ def _loss(p, mb):
 def test_minibatch_epochs_shuffles_with_the_switched_shuffle(fast):
   data = jax.random.normal(jax.random.PRNGKey(3), (12, 2)) * jnp.arange(1.0, 13.0)[:, None]
   params = jnp.zeros(2)
-  opt_state = common.make_optimizer(jnp.float32(1e9), 1e-8).init(params)
+  opt_state = _OPT.init(params, jnp.float32(1e9))
   key = jax.random.PRNGKey(4)
   with fast_paths.use(fast):
     run = jax.jit(lambda p, o, d, k: common.minibatch_epochs(
         _loss, p, o, d, k, num_epochs=3, num_minibatches=4, axis=0, lr=0.1,
-        max_grad_norm=jnp.float32(1e9), adam_eps=1e-8))
+        max_grad_norm=jnp.float32(1e9), optimizer=_OPT))
     got_params, _, metrics = run(params, opt_state, data, key)
     jaxpr = str(jax.make_jaxpr(run)(params, opt_state, data, key))
   assert (" sort[" in jaxpr) == (not fast)   # jax.random.permutation sorts
