@@ -11,7 +11,7 @@ import time
 import pytest
 
 from credit_jax import metrics
-from credit_jax.algos import runner
+from credit_jax import run
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
 SCRIPT = os.path.join(REPO, "scripts", "train.py")
@@ -37,7 +37,7 @@ def _run(workdir, *flags, timeout=600):
 
 
 def _steps(workdir):
-  ckdir = os.path.join(workdir, runner.CHECKPOINT_DIR)
+  ckdir = os.path.join(workdir, run.CHECKPOINT_DIR)
   if not os.path.isdir(ckdir):
     return []
   return sorted(int(d) for d in os.listdir(ckdir) if d.isdigit())
@@ -63,10 +63,10 @@ def test_run_writes_metrics_tensorboard_checkpoints_plot_and_summary(reference):
   assert records[-1]["env_steps"] == TOTAL_UPDATES * 512
   assert len(records[-1]["per_seed"]["return"]) == 2
   assert glob.glob(os.path.join(workdir, metrics.TENSORBOARD_DIR, "events.out.*"))
-  assert os.path.getsize(os.path.join(workdir, runner.CURVE_FILE)) > 1000
-  assert os.path.exists(os.path.join(workdir, runner.CHECKPOINT_DIR, "config.json"))
+  assert os.path.getsize(os.path.join(workdir, run.CURVE_FILE)) > 1000
+  assert os.path.exists(os.path.join(workdir, run.CHECKPOINT_DIR, "config.json"))
   assert _steps(workdir) == [36, 38, 40]  # keep_checkpoints = 3
-  assert os.path.exists(os.path.join(workdir, runner.SUMMARY_FILE))
+  assert os.path.exists(os.path.join(workdir, run.SUMMARY_FILE))
   # Progress lines: updates done, throughput, ETA and the headline metric.
   assert re.search(r"update 40/40 \| [\d,]+ env steps/s \| ETA 0:00:00 \| return ",
                    proc.stdout), proc.stdout[-2000:]
@@ -86,7 +86,7 @@ def test_sigkilled_run_resumes_to_identical_metrics(reference, tmp_path):
   assert proc.returncode == -signal.SIGKILL
   killed_at = max(_steps(workdir))
   assert killed_at < TOTAL_UPDATES, "the run finished before it could be killed"
-  assert not os.path.exists(os.path.join(workdir, runner.SUMMARY_FILE))
+  assert not os.path.exists(os.path.join(workdir, run.SUMMARY_FILE))
 
   resumed = _run(workdir, *PPO_FLAGS)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
