@@ -1,5 +1,6 @@
 """End-to-end tests of scripts/train.py as a user runs it: artifacts, multi-seed runs,
-config errors, and exact resumption after SIGKILL."""
+config errors, and exact resumption after SIGKILL (tests/test_reliability.py injects the
+other faults)."""
 import glob
 import os
 import re
@@ -90,6 +91,8 @@ def test_sigkilled_run_resumes_to_identical_metrics(reference, tmp_path):
 
   resumed = _run(workdir, *PPO_FLAGS)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert f"took over the lock of a run that is gone: pid {proc.pid} on host " in \
+      resumed.stdout, resumed.stdout[-2000:]
   match = re.search(r"resumed from checkpoint at update (\d+)/40", resumed.stdout)
   assert match and int(match.group(1)) >= killed_at, resumed.stdout[-2000:]
   assert _records(workdir) == _records(ref_dir)

@@ -10,8 +10,8 @@
 `config.algo` picks the recipe ("ppo", "grpo", "reinforce", "dqn", "grpo_hindsight",
 "search_then_train");
 see each module for its fields and `configs/` for documented examples.
-`runner.train_and_evaluate` adds chunked execution, progress, metrics files, checkpoints
-and plots around a `Train`.
+`credit_jax.run.train_and_evaluate` adds chunked execution, progress, metrics files,
+checkpoints and plots around a `Train`.
 """
 from __future__ import annotations
 
