@@ -24,10 +24,15 @@ returns the XLA flags that avoid it on the installed jaxlib, and nothing for jax
 versions not known to accept them (XLA aborts the whole process on a flag it does not
 know). XLA reads `XLA_FLAGS` once, when JAX creates its first backend; when a backend
 already exists and the flags are missing, the process re-executes itself with them (the
-same argv), so the setting never silently fails to apply.
+same argv), so the setting never silently fails to apply. Importing the credit_jax
+package starts a backend (gymnax runs a JAX operation at import), so an entry point that
+imports it at the top re-executes once for a multi-seed run (a few seconds).
+scripts/distributed.py loads this file by path instead and sets the flags before
+`jax.distributed` starts, where a re-execution would break the processes' connection.
 
-This module imports no JAX at import time; it only reads jaxlib's version from the
-installed package metadata (`apply_env_overrides` imports credit_jax when called).
+This file imports no JAX (nor any credit_jax module) at import time; it only reads
+jaxlib's version from the installed package metadata (`apply_env_overrides` imports
+credit_jax when called).
 """
 from __future__ import annotations
 

@@ -183,7 +183,6 @@ def seed_mesh_for(seeds: int, log: Callable[[str], None] = print):
   return parallel.seed_mesh(devices[:count])
 
 
-
 def _any_process(flag: bool) -> bool:
   """True when `flag` holds on some process (every process must take the same branch)."""
   if jax.process_count() == 1:
@@ -306,8 +305,9 @@ class _Loop:
     else:
       saved = (f"the checkpoint of update {self.last_saved} is in {self.ckpt.directory}; "
                f"run the same command again to resume from it")
-    return Interrupted(f"{stop.name} stopped the run at update {done}/{self.total}{how}: "
-                       f"{saved}", stop.signum or signal.SIGTERM, self.last_saved)
+    who = stop.name or "a signal to another process of the run"
+    return Interrupted(f"{who} stopped the run at update {done}/{self.total}{how}: {saved}",
+                       stop.signum or signal.SIGTERM, self.last_saved)
 
   def run_all(self, state, start: int, dog: watchdog_lib.Watchdog, stop) -> int:
     """Runs every remaining chunk from update `start`; returns the updates done."""

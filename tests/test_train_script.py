@@ -112,3 +112,23 @@ def test_resuming_with_a_different_config_is_refused(reference):
   assert proc.returncode == 2
   assert "holds checkpoints of a different config (lr: saved 0.00025, now 0.1)" in \
       proc.stderr
+
+
+def test_run_loop_sits_above_the_recipes_it_runs():
+  """credit_jax/run.py imports credit_jax.algos; nothing in credit_jax/algos imports the
+  run loop or its helpers back."""
+  import ast   # pylint: disable=g-import-not-at-top
+  upper = {"credit_jax.run", "credit_jax.launch", "credit_jax.watchdog",
+           "credit_jax.interrupts", "credit_jax.workdir"}
+
+  def imports(path):
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+      if isinstance(node, ast.Import):
+        found |= {a.name for a in node.names}
+      elif isinstance(node, ast.ImportFrom) and node.module:
+        found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found
+  assert "credit_jax.algos" in imports(os.path.join(REPO, "credit_jax", "run.py"))
+  for path in glob.glob(os.path.join(REPO, "credit_jax", "algos", "*.py")):
+    assert not imports(path) & upper, path
