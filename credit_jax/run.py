@@ -78,11 +78,14 @@ class Interrupted(Exception):
   Attributes:
     signum: the signal's number (scripts exit with 128 + signum).
     step: the update the last checkpoint holds (None if there is none).
+    abandoned: a chunk was abandoned and still runs in a helper thread; a script should
+      then leave with `os._exit` (Python's shutdown would abort on that thread).
   """
 
-  def __init__(self, message: str, signum: int, step: Optional[int]):
+  def __init__(self, message: str, signum: int, step: Optional[int],
+               abandoned: bool = False):
     super().__init__(message)
-    self.signum, self.step = signum, step
+    self.signum, self.step, self.abandoned = signum, step, abandoned
 
 
 def config_to_json(config) -> Dict[str, Any]:
@@ -307,7 +310,7 @@ class _Loop:
                f"run the same command again to resume from it")
     who = stop.name or "a signal to another process of the run"
     return Interrupted(f"{who} stopped the run at update {done}/{self.total}{how}: {saved}",
-                       stop.signum or signal.SIGTERM, self.last_saved)
+                       stop.signum or signal.SIGTERM, self.last_saved, abandoned)
 
   def run_all(self, state, start: int, dog: watchdog_lib.Watchdog, stop) -> int:
     """Runs every remaining chunk from update `start`; returns the updates done."""
@@ -335,7 +338,7 @@ class _Loop:
       self.progress.report(done, u, dt, records[-1])
       if done == self.total or (every and done % every == 0):
         self.save(done, state)
-      if _any_process(stop.requested):
+      if done < self.total and _any_process(stop.requested):
         self.save(done, state)
         raise self._interrupted(stop, done, abandoned=False)
       dog.chunk_done(time.perf_counter() - t_iter)

@@ -12,7 +12,11 @@ the process with `EXIT_CODE`. Time allowed:
 It must end the process from its own thread: a hung XLA call holds the main thread in C
 code, where neither an exception nor a signal handler reaches it, so the exit is
 `os._exit` (no clean-up runs; the last checkpoint on disk is complete, because saves
-are atomic, see credit_jax/checkpoint.py).
+are atomic, see credit_jax/checkpoint.py). The wedge seen with jaxlib 0.10 left every
+thread parked with the GIL free, so this Python thread runs; against a hang that holds
+the GIL, `faulthandler.dump_traceback_later` (a C thread) is armed `backstop_s` later
+and dumps the stacks and exits with status 1 without the message (it is process-wide:
+the watchdog replaces any other use of it while it runs).
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import time
 from typing import Callable, Optional
 
 EXIT_CODE = 4
+BACKSTOP_S = 60.0   # the C-level backstop fires this long after the watchdog should have
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,13 +71,17 @@ class Watchdog:
     describe: called when it fires; returns what to tell the user (the last checkpoint
       and how to resume). Runs in the watchdog's thread: it must not call into JAX.
     advice: called when it fires; the setting to try (`credit_jax.launch.hang_advice`).
-    on_fire: what ends the process (default `os._exit(EXIT_CODE)`); tests replace it.
+    on_fire: what ends the process (default `os._exit(EXIT_CODE)`); tests replace it
+      (and then no backstop is armed).
+    backstop_s: seconds after the limit at which the C-level backstop fires.
   """
 
   def __init__(self, options: WatchdogOptions, describe: Callable[[], str],
                advice: Callable[[], str] = lambda: "",
-               on_fire: Optional[Callable[[], None]] = None):
+               on_fire: Optional[Callable[[], None]] = None,
+               backstop_s: float = BACKSTOP_S):
     self.options = options
+    self._backstop_s = float(backstop_s) if on_fire is None else None
     self._describe = describe
     self._advice = advice
     self._on_fire = on_fire or (lambda: os._exit(EXIT_CODE))  # pylint: disable=protected-access
@@ -98,6 +107,7 @@ class Watchdog:
     if not self.enabled:
       return self
     self._started = self._deadline_from = time.monotonic()
+    self._arm_backstop(self._limit)
     self._thread = threading.Thread(target=self._watch, name="credit_jax-watchdog",
                                     daemon=True)
     self._thread.start()
@@ -110,9 +120,17 @@ class Watchdog:
       self._slowest = max(self._slowest, float(seconds))
       self._limit = max(self.options.factor * self._slowest, self.options.floor_s)
       self._deadline_from = time.monotonic()
+    self._arm_backstop(self._limit)
     self._wake.set()   # the watching thread recomputes its deadline
 
+  def _arm_backstop(self, limit: float) -> None:
+    stream = _error_stream()
+    if self._backstop_s is not None and self.enabled and stream is not None:
+      faulthandler.dump_traceback_later(limit + self._backstop_s, exit=True, file=stream)
+
   def stop(self) -> None:
+    if self._backstop_s is not None and self.enabled:
+      faulthandler.cancel_dump_traceback_later()
     self._stopped = True
     self._wake.set()
     if self._thread is not None:
@@ -131,6 +149,8 @@ class Watchdog:
       self._wake.clear()
 
   def _fire(self) -> None:
+    if self._backstop_s is not None:
+      faulthandler.cancel_dump_traceback_later()   # this message says more
     with self._lock:
       waited = time.monotonic() - self._deadline_from
       limit, chunks, slowest = self._limit, self._chunks, self._slowest

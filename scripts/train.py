@@ -20,6 +20,7 @@ Exit codes: 0 done; 2 bad config or command line, or the workdir is in use by an
 3 non-finite loss, or no checkpoint restores; 4 the watchdog found the run hung;
 128 + N stopped by signal N (SIGINT 130, SIGTERM 143) after saving a checkpoint.
 """
+import os
 import sys
 
 import distributed  # before credit_jax is imported: see that module for why
@@ -73,6 +74,10 @@ def main(argv):
     sys.exit(3)
   except run.Interrupted as e:
     print(f"stopped: {e}", file=sys.stderr)
+    if e.abandoned:   # its chunk still runs in a thread: leave without Python's shutdown
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os._exit(128 + e.signum)  # pylint: disable=protected-access
     sys.exit(128 + e.signum)
 
 

@@ -191,6 +191,17 @@ def test_sigterm_saves_the_last_completed_update_and_the_rerun_matches(tmp_path,
   assert _records(tmp_path) == reference
 
 
+def test_signal_during_the_last_chunk_lets_the_run_finish(tmp_path, reference):
+  def sigint_before_last(done):
+    if done == TOTAL - 1:
+      os.kill(os.getpid(), signal.SIGINT)
+  lines = _train(tmp_path, on_chunk=sigint_before_last)
+  assert any(l.startswith("SIGINT: finishing the chunk in flight") for l in lines), lines
+  assert os.path.exists(tmp_path / run.SUMMARY_FILE)
+  assert _records(tmp_path) == reference
+
+
+@pytest.mark.slow   # the in-process test above checks the same save and resume
 def test_sigterm_to_train_script_mid_run_then_rerun_matches(tmp_path, reference):
   proc = subprocess.Popen([sys.executable, TRAIN, f"--workdir={tmp_path}", *TINY_FLAGS],
                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -287,3 +298,23 @@ def test_watchdog_is_off_at_zero_and_checks_its_options():
     assert not dog.enabled
   with pytest.raises(ValueError, match="factor >= 1"):
     watchdog.WatchdogOptions(factor=0.5)
+
+
+GIL_HANG = textwrap.dedent("""
+    import ctypes, importlib.util, sys
+    spec = importlib.util.spec_from_file_location("watchdog", sys.argv[1])
+    watchdog = sys.modules["watchdog"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(watchdog)   # stdlib only: no JAX to import
+    dog = watchdog.Watchdog(watchdog.WatchdogOptions(first_s=1.0), describe=lambda: "",
+                            backstop_s=1.0).start()
+    ctypes.PyDLL(None).sleep(600)   # C code that keeps the GIL: no Python thread runs
+""")
+
+
+def test_watchdog_backstop_ends_a_hang_that_holds_the_gil():
+  t0 = time.monotonic()
+  proc = subprocess.run([sys.executable, "-c", GIL_HANG, watchdog.__file__],
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert time.monotonic() - t0 < 100
+  assert "Timeout (0:00:02)!" in proc.stderr and "most recent call first" in proc.stderr
