@@ -44,10 +44,10 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and metrics.")
 _WATCHDOG_FIRST = flags.DEFINE_float(
     "watchdog_first_s", 1800.0, "Seconds the first chunk (compilation included) may take "
-    "before the run is presumed hung; 0 turns the watchdog off.")
+    "before the run is presumed hung; 0 turns the watchdog off.", lower_bound=0.0)
 _WATCHDOG_FLOOR = flags.DEFINE_float(
     "watchdog_floor_s", 300.0, "Least seconds any later chunk may take (it may also take "
-    "10x the slowest chunk so far) before the run is presumed hung.")
+    "10x the slowest chunk so far) before the run is presumed hung.", lower_bound=1.0)
 flags.mark_flags_as_required(["config", "workdir"])
 distributed.define_flags(flags)
 
@@ -58,7 +58,8 @@ def main(argv):
   config = _CONFIG.value
   # Process-wide XLA options from the parsed config. Importing credit_jax (gymnax) has
   # started JAX, so when options must be added this re-executes the process with them.
-  launch.configure_process(num_seeds=int(config.seeds))
+  # (A bad seed count is named by the config check below.)
+  launch.configure_process(num_seeds=max(1, int(config.seeds)))
   logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
   try:
     config = launch.apply_env_overrides(config)
