@@ -80,12 +80,19 @@ class Checkpointer:
     return sorted(self._manager.all_steps())
 
   def saved_config(self) -> Optional[dict]:
-    """The config written beside the checkpoints by an earlier run, if any."""
+    """The config written beside the checkpoints by an earlier run, if any
+    (CheckpointError if that file is damaged)."""
     path = os.path.join(self.directory, CONFIG_FILE)
     if not os.path.exists(path):
       return None
-    with open(path) as f:
-      return json.load(f)
+    try:
+      with open(path) as f:
+        return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      raise CheckpointError(
+          f"{path} is damaged ({_reason(e)}); every checkpoint holds its config too "
+          f"(<step>/config): copy one back, or move the directory away to start "
+          f"over") from None
 
   def save(self, step: int, state: Any) -> None:
     """Saves `state` (any pytree of arrays) as checkpoint `step` and waits for it."""

@@ -213,11 +213,16 @@ def _lock_workdir(workdir: str, primary: bool, log) -> Optional[workdir_lib.Work
 
 
 def _open_checkpoints(config, workdir: str) -> ckpt_lib.Checkpointer:
-  """The run's Checkpointer; ConfigError if the workdir holds another config's."""
+  """The run's Checkpointer; ConfigError if the workdir holds another config's
+  checkpoints, CheckpointError if their config file is damaged."""
   cfg_json = config_to_json(config)
   ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, CHECKPOINT_DIR),
                                max_to_keep=int(config.keep_checkpoints), config=cfg_json)
-  saved = ckpt.saved_config()
+  try:
+    saved = ckpt.saved_config()
+  except ckpt_lib.CheckpointError:
+    ckpt.close()
+    raise
   diffs = _config_diff(saved, cfg_json) if saved is not None else []
   if diffs:
     ckpt.close()

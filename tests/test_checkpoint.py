@@ -94,3 +94,13 @@ def test_restore_newest_of_nothing_and_of_only_damaged_checkpoints(tmp_path):
     with pytest.raises(CheckpointError, match=r"no checkpoint in .* restores: update 4: "):
       ck.restore_newest(target)
     assert ck.all_steps() == [4]   # nothing moved
+
+
+def test_damaged_config_file_is_a_clear_error(tmp_path):
+  with Checkpointer(str(tmp_path), config={"a": 1}) as ck:
+    ck.save(1, _state(1))
+  with open(tmp_path / CONFIG_FILE, "w") as f:
+    f.write('{"a": ')
+  with Checkpointer(str(tmp_path)) as ck:
+    with pytest.raises(CheckpointError, match=r"config.json is damaged \(JSONDecodeError"):
+      ck.saved_config()
