@@ -47,6 +47,7 @@ class StopSignals:
     self._log = log
     self._what_next = what_next
     self._waiting = False
+    self._unannounced = False
     self._previous = {}
 
   @property
@@ -62,10 +63,18 @@ class StopSignals:
     del frame
     if self.signum is None:
       self.signum = signum
-      self._log(f"{signal.Signals(signum).name}: finishing the chunk in flight, "
-                f"{self._what_next()} (send it again to abandon the chunk)")
+      self._unannounced = True
+      if self._waiting:   # else the main thread may be inside `log` itself: later
+        self.announce()
     elif self._waiting:
       raise Abandoned(signum)
+
+  def announce(self) -> None:
+    """Logs the acknowledgement of the first signal, if not yet done (main thread)."""
+    if self._unannounced:
+      self._unannounced = False
+      self._log(f"{self.name}: finishing the chunk in flight, {self._what_next()} "
+                f"(send it again to abandon the chunk)")
 
   def wait(self, fn: Callable[[], Any]) -> Any:
     """`fn()` run in a helper thread, waited for interruptibly; its result or exception.
@@ -86,6 +95,7 @@ class StopSignals:
         done.set()
 
     threading.Thread(target=target, name="credit_jax-chunk", daemon=True).start()
+    self.announce()
     self._waiting = True
     try:
       done.wait()

@@ -344,6 +344,7 @@ class _Loop:
       if done == self.total or (every and done % every == 0):
         self.save(done, state)
       if done < self.total and _any_process(stop.requested):
+        stop.announce()
         self.save(done, state)
         raise self._interrupted(stop, done, abandoned=False)
       dog.chunk_done(time.perf_counter() - t_iter)
