@@ -8,17 +8,43 @@ restored from step `s` continues exactly as the uninterrupted run would have.
 Saves are synchronous: `save` returns only after orbax has committed the checkpoint
 (orbax writes to a temporary directory and renames it), so a process killed at any moment
 leaves the previous checkpoints complete and `latest_step()` never names a partial one.
+
+A checkpoint damaged later (a truncated or half-copied file) does not stop a resume:
+`restore_newest` restores the newest checkpoint that restores, and moves each newer one
+that does not to `<directory>_corrupt/<step>` (kept for inspection, never deleted).
 """
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping, Optional
+import shutil
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 import jax
+from jax.experimental import multihost_utils
+import numpy as np
 import orbax.checkpoint as ocp
 
 CONFIG_FILE = "config.json"
+CORRUPT_SUFFIX = "_corrupt"
+
+
+class CheckpointError(RuntimeError):
+  """Checkpoints exist but none of them restores."""
+
+
+def _reason(error: BaseException) -> str:
+  """An exception as one short line."""
+  text = " ".join(str(error).split())
+  text = text if len(text) <= 200 else text[:197] + "..."
+  return f"{type(error).__name__}: {text}"
+
+
+def _all_processes(ok: bool) -> bool:
+  """True when `ok` holds on every process (a restore must succeed everywhere)."""
+  if jax.process_count() == 1:
+    return ok
+  return bool(np.all(multihost_utils.process_allgather(np.asarray(ok))))
 
 
 class Checkpointer:
@@ -54,12 +80,19 @@ class Checkpointer:
     return sorted(self._manager.all_steps())
 
   def saved_config(self) -> Optional[dict]:
-    """The config written beside the checkpoints by an earlier run, if any."""
+    """The config written beside the checkpoints by an earlier run, if any
+    (CheckpointError if that file is damaged)."""
     path = os.path.join(self.directory, CONFIG_FILE)
     if not os.path.exists(path):
       return None
-    with open(path) as f:
-      return json.load(f)
+    try:
+      with open(path) as f:
+        return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      raise CheckpointError(
+          f"{path} is damaged ({_reason(e)}); every checkpoint holds its config too "
+          f"(<step>/config): copy one back, or move the directory away to start "
+          f"over") from None
 
   def save(self, step: int, state: Any) -> None:
     """Saves `state` (any pytree of arrays) as checkpoint `step` and waits for it."""
@@ -86,6 +119,51 @@ class Checkpointer:
     restored = self._manager.restore(
         int(step), args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
     return restored["state"]
+
+  def restore_newest(self, target: Any, log: Callable[[str], None] = print
+                     ) -> Tuple[Optional[int], Any]:
+    """`(step, state)` of the newest checkpoint that restores into `target`.
+
+    Each newer checkpoint that fails to restore is reported through `log` (step and
+    reason) and moved aside (`move_aside`). Returns `(None, None)` when there is none.
+    Raises:
+      CheckpointError: there are checkpoints but none restores (then none is moved: a
+        failure of all of them points at the code or the target, not at the files).
+    """
+    failed: List[Tuple[int, str]] = []
+    for step in reversed(self.all_steps()):
+      try:
+        state, reason = self.restore(step, target), None
+      except Exception as e:  # pylint: disable=broad-except  # orbax/tensorstore raise many types
+        state, reason = None, _reason(e)
+      if _all_processes(reason is None):
+        for bad, why in failed:
+          log(f"checkpoint at update {bad} does not restore ({why}); moved it to "
+              f"{self.move_aside(bad)}")
+        return step, state
+      failed.append((step, reason or "failed on another process"))
+    if failed:
+      raise CheckpointError(
+          f"no checkpoint in {self.directory} restores: " + "; ".join(
+              f"update {s}: {r}" for s, r in failed)
+          + ". Move the directory away (or use a fresh --workdir) to start over.")
+    return None, None
+
+  def move_aside(self, step: int) -> str:
+    """Moves checkpoint `step` to `<directory>_corrupt/<step>` (a new name if taken);
+    returns where it went. With several processes, process 0 moves it and all wait."""
+    dest_dir = self.directory + CORRUPT_SUFFIX
+    dest = os.path.join(dest_dir, str(step))
+    n = 1
+    while os.path.exists(dest):
+      dest, n = os.path.join(dest_dir, f"{step}.{n}"), n + 1
+    if jax.process_index() == 0:
+      os.makedirs(dest_dir, exist_ok=True)
+      shutil.move(os.path.join(self.directory, str(step)), dest)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f"credit_jax_move_aside_{step}")
+    self._manager.reload()
+    return dest
 
   def close(self) -> None:
     self._manager.close()

@@ -11,7 +11,7 @@ compiled PPO program held no collectives):
                   in_shardings=parallel.seed_sharding(mesh),
                   out_shardings=parallel.seed_sharding(mesh))
 
-`scripts/train.py` (through `credit_jax.algos.runner.seed_mesh_for`) does this by itself
+`scripts/train.py` (through `credit_jax.run.seed_mesh_for`) does this by itself
 whenever the process has more than one device, and restores checkpoints straight into
 the same split.
 

@@ -11,8 +11,8 @@ the per-round new/old ratios. On a shared machine this is steadier than comparin
 runs of `bench_ppo.py`. Each call runs `--updates_per_call` updates of
 `configs/ppo_cartpole.py` for `--num_seeds` vmapped seeds, continuing from the previous
 call.
-For more than one seed the XLA CPU scheduler flag of `xla_cpu_flags` is set, as
-bench_ppo.py does. Both variants are compiled with `credit_jax.fast_paths` on
+For more than one seed the XLA flags of `credit_jax.launch` are set, as bench_ppo.py
+does. Both variants are compiled with `credit_jax.fast_paths` on
 (`--fast_paths=off`: off); revisions from before the switch existed use their fast paths
 unconditionally except the threefry lowering, which only the switch turns on.
 """
@@ -22,10 +22,10 @@ import subprocess
 import sys
 import types
 
-import xla_cpu_flags  # before jax starts
+from credit_jax import launch
 
 _SEEDS = re.search(r"--num_seeds[= ](\d+)", " ".join(sys.argv))
-xla_cpu_flags.disable_concurrency_scheduler(int(_SEEDS.group(1)) if _SEEDS else 16)
+launch.configure_process(num_seeds=int(_SEEDS.group(1)) if _SEEDS else 16)
 import importlib.util  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import statistics
 import time

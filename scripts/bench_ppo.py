@@ -36,7 +36,6 @@ import re
 import sys
 
 import cpu_affinity  # before jax starts: the thread pool is sized when jax starts
-import xla_cpu_flags  # before jax starts: see that module for why
 
 # On CPU both systems run on `--cpu_cores` cores (default 1; the rejax subprocess inherits
 # the restriction): XLA's thread pool made both slower on the 2-core machine than one
@@ -54,9 +53,12 @@ if _DEVICES and int(_DEVICES.group(1)) > 1 and not cpu_affinity.accelerator_pres
 # off (a jaxlib 0.10 hang) for both systems: the rejax subprocess inherits XLA_FLAGS. It
 # costs time at one seed, so run one-seed cells on their own (--seeds=1) to measure them
 # without it.
+# Importing credit_jax starts jax: after the settings above; configure_process then
+# re-executes the process with the flags (see credit_jax/launch.py).
 _SEEDS = re.search(r"--seeds[= ]([\d,]+)", " ".join(sys.argv))
-xla_cpu_flags.disable_concurrency_scheduler(
-    max(int(s) for s in _SEEDS.group(1).split(",")) if _SEEDS else 16)
+from credit_jax import launch  # pylint: disable=g-import-not-at-top,g-bad-import-order
+launch.configure_process(
+    num_seeds=max(int(s) for s in _SEEDS.group(1).split(",")) if _SEEDS else 16)
 import json  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import statistics
 import subprocess

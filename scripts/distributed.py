@@ -14,9 +14,17 @@ with the process's argv, and defines the same flags for absl (`define_flags`):
 Every process runs the same command (same config, same --workdir on a shared file
 system). On CPUs the processes talk through gloo (`jax_cpu_collectives_implementation`),
 set here before the runtime starts.
+
+The XLA options of credit_jax/launch.py for multi-seed runs are set here too, before jax
+starts: a multi-process run always splits several seeds, and the re-execution by which
+`launch.configure_process` otherwise applies late options would tear down the
+processes' connection. launch.py is loaded from its file, because importing the
+credit_jax package starts JAX.
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 from typing import Optional, Sequence
 
@@ -64,11 +72,23 @@ def parse_argv(argv: Sequence[str]) -> Optional[dict]:
   return None
 
 
+def _launch_module():
+  """credit_jax/launch.py, loaded without importing the credit_jax package."""
+  package = importlib.util.find_spec("credit_jax")
+  path = os.path.join(package.submodule_search_locations[0], "launch.py")
+  spec = importlib.util.spec_from_file_location("_credit_jax_launch_standalone", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def initialize_from_argv(argv: Sequence[str]) -> bool:
   """Starts `jax.distributed` if argv asks for it; True if it did. Call before jax runs."""
   kwargs = parse_argv(argv)
   if kwargs is None:
     return False
+  # At least two seeds: one or more on each device of each process.
+  _launch_module().configure_process(num_seeds=max(2, kwargs.get("num_processes", 2)))
   import jax  # pylint: disable=g-import-not-at-top
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(**kwargs)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from credit_jax import algos, checkpoint, envs, metrics, rollout
-from credit_jax.algos import common, episodes, grpo, losses, ppo, reinforce, runner
+from credit_jax import run as runner
+from credit_jax.algos import common, episodes, grpo, losses, ppo, reinforce
 from credit_jax.types import Trajectory
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "configs")

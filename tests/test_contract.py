@@ -18,7 +18,8 @@ import pytest
 
 from credit_jax import algos
 from credit_jax import metrics as metrics_lib
-from credit_jax.algos import common, episodes, runner
+from credit_jax import run as runner
+from credit_jax.algos import common, episodes
 
 NAMES = sorted(algos.RECIPES)
 

@@ -69,25 +69,25 @@ RUNNER_TWO_DEVICES = textwrap.dedent("""
     import jax
     jax.config.update("jax_num_cpu_devices", 2)   # before credit_jax imports gymnax
     from credit_jax import checkpoint
-    from credit_jax.algos import runner
+    from credit_jax import run
     sys.path.insert(0, os.path.join(sys.argv[1], "tests"))
     from test_parallel import tiny_runner_config
     workdir = sys.argv[2]
     lines = []
-    runner.train_and_evaluate(tiny_runner_config(), workdir, log=lines.append)
+    run.train_and_evaluate(tiny_runner_config(), workdir, log=lines.append)
     assert "seeds split over 2 devices, 2 per device" in lines, lines
     first = open(os.path.join(workdir, "metrics.jsonl")).read()
-    ckdir = os.path.join(workdir, runner.CHECKPOINT_DIR)
+    ckdir = os.path.join(workdir, run.CHECKPOINT_DIR)
     with checkpoint.Checkpointer(ckdir) as ck:
       steps = ck.all_steps()
     assert steps[-1] == 4, steps
     shutil.rmtree(os.path.join(ckdir, str(steps[-1])))   # as if killed before the last save
     lines = []
-    runner.train_and_evaluate(tiny_runner_config(), workdir, log=lines.append)
+    run.train_and_evaluate(tiny_runner_config(), workdir, log=lines.append)
     assert any(l.startswith("resumed from checkpoint at update 3/4") for l in lines), lines
     assert open(os.path.join(workdir, "metrics.jsonl")).read() == first
     lines = []
-    runner.seed_mesh_for(3, log=lines.append)
+    run.seed_mesh_for(3, log=lines.append)
     assert any("do not split evenly over 2 devices" in l for l in lines), lines
     print("RUNNER_TWO_DEVICES_OK")
 """)
@@ -102,7 +102,7 @@ def tiny_runner_config():
 
 def test_runner_shards_seeds_and_resumes_them_sharded(tmp_path):
   from credit_jax import metrics   # pylint: disable=g-import-not-at-top
-  from credit_jax.algos import runner   # pylint: disable=g-import-not-at-top
+  from credit_jax import run   # pylint: disable=g-import-not-at-top
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, "-c", RUNNER_TWO_DEVICES, REPO,
                          str(tmp_path / "sharded")], capture_output=True, text=True,
@@ -110,7 +110,7 @@ def test_runner_shards_seeds_and_resumes_them_sharded(tmp_path):
   assert "RUNNER_TWO_DEVICES_OK" in proc.stdout, proc.stderr[-3000:]
   # This process has one device: the same run unsharded logs the same numbers.
   lines = []
-  runner.train_and_evaluate(tiny_runner_config(), str(tmp_path / "plain"),
+  run.train_and_evaluate(tiny_runner_config(), str(tmp_path / "plain"),
                             log=lines.append)
   assert not any("devices" in l for l in lines), lines
   sharded = metrics.read_jsonl(str(tmp_path / "sharded" / metrics.METRICS_FILE))

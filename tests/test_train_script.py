@@ -1,5 +1,6 @@
 """End-to-end tests of scripts/train.py as a user runs it: artifacts, multi-seed runs,
-config errors, and exact resumption after SIGKILL."""
+config errors, and exact resumption after SIGKILL (tests/test_reliability.py injects the
+other faults)."""
 import glob
 import os
 import re
@@ -11,7 +12,7 @@ import time
 import pytest
 
 from credit_jax import metrics
-from credit_jax.algos import runner
+from credit_jax import run
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
 SCRIPT = os.path.join(REPO, "scripts", "train.py")
@@ -37,7 +38,7 @@ def _run(workdir, *flags, timeout=600):
 
 
 def _steps(workdir):
-  ckdir = os.path.join(workdir, runner.CHECKPOINT_DIR)
+  ckdir = os.path.join(workdir, run.CHECKPOINT_DIR)
   if not os.path.isdir(ckdir):
     return []
   return sorted(int(d) for d in os.listdir(ckdir) if d.isdigit())
@@ -63,10 +64,10 @@ def test_run_writes_metrics_tensorboard_checkpoints_plot_and_summary(reference):
   assert records[-1]["env_steps"] == TOTAL_UPDATES * 512
   assert len(records[-1]["per_seed"]["return"]) == 2
   assert glob.glob(os.path.join(workdir, metrics.TENSORBOARD_DIR, "events.out.*"))
-  assert os.path.getsize(os.path.join(workdir, runner.CURVE_FILE)) > 1000
-  assert os.path.exists(os.path.join(workdir, runner.CHECKPOINT_DIR, "config.json"))
+  assert os.path.getsize(os.path.join(workdir, run.CURVE_FILE)) > 1000
+  assert os.path.exists(os.path.join(workdir, run.CHECKPOINT_DIR, "config.json"))
   assert _steps(workdir) == [36, 38, 40]  # keep_checkpoints = 3
-  assert os.path.exists(os.path.join(workdir, runner.SUMMARY_FILE))
+  assert os.path.exists(os.path.join(workdir, run.SUMMARY_FILE))
   # Progress lines: updates done, throughput, ETA and the headline metric.
   assert re.search(r"update 40/40 \| [\d,]+ env steps/s \| ETA 0:00:00 \| return ",
                    proc.stdout), proc.stdout[-2000:]
@@ -86,10 +87,12 @@ def test_sigkilled_run_resumes_to_identical_metrics(reference, tmp_path):
   assert proc.returncode == -signal.SIGKILL
   killed_at = max(_steps(workdir))
   assert killed_at < TOTAL_UPDATES, "the run finished before it could be killed"
-  assert not os.path.exists(os.path.join(workdir, runner.SUMMARY_FILE))
+  assert not os.path.exists(os.path.join(workdir, run.SUMMARY_FILE))
 
   resumed = _run(workdir, *PPO_FLAGS)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert f"took over the lock of a run that is gone: pid {proc.pid} on host " in \
+      resumed.stdout, resumed.stdout[-2000:]
   match = re.search(r"resumed from checkpoint at update (\d+)/40", resumed.stdout)
   assert match and int(match.group(1)) >= killed_at, resumed.stdout[-2000:]
   assert _records(workdir) == _records(ref_dir)
@@ -109,3 +112,23 @@ def test_resuming_with_a_different_config_is_refused(reference):
   assert proc.returncode == 2
   assert "holds checkpoints of a different config (lr: saved 0.00025, now 0.1)" in \
       proc.stderr
+
+
+def test_run_loop_sits_above_the_recipes_it_runs():
+  """credit_jax/run.py imports credit_jax.algos; nothing in credit_jax/algos imports the
+  run loop or its helpers back."""
+  import ast   # pylint: disable=g-import-not-at-top
+  upper = {"credit_jax.run", "credit_jax.launch", "credit_jax.watchdog",
+           "credit_jax.interrupts", "credit_jax.workdir"}
+
+  def imports(path):
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+      if isinstance(node, ast.Import):
+        found |= {a.name for a in node.names}
+      elif isinstance(node, ast.ImportFrom) and node.module:
+        found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found
+  assert "credit_jax.algos" in imports(os.path.join(REPO, "credit_jax", "run.py"))
+  for path in glob.glob(os.path.join(REPO, "credit_jax", "algos", "*.py")):
+    assert not imports(path) & upper, path

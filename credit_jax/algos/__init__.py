@@ -34,7 +34,7 @@ recompiles.
 optimiser state, the run's RNG key, update count, recipe carry `aux`) and
 `train.run(state, hparams, num_updates) -> (state, metrics)` (a `lax.scan` of updates;
 metrics `{name: [num_updates]}`); `train(key, hparams)` is both for `train.num_updates`.
-`runner.train_and_evaluate(config, workdir)` calls `init` once (or restores a
+`credit_jax.run.train_and_evaluate(config, workdir)` calls `init` once (or restores a
 checkpoint of that state's shape), then `run` in compiled chunks of
 `config.chunk_updates` updates with all seeds vmapped; because the key lives in the
 state, chunked, resumed and whole runs give the same numbers. It also uses
