@@ -37,6 +37,7 @@ ROWS_FILE = "rows.json"
 TIMING_FILE = "timing.json"
 # Test hook: SIGKILL this process right after this many chunks have been checkpointed.
 KILL_AFTER_CHUNKS_ENV = "CREDIT_JAX_SWEEP_KILL_AFTER_CHUNKS"
+_checkpoints_saved = [0]   # over every call of this process, for the hook above
 
 
 def _write_json(path: str, obj) -> None:
@@ -143,7 +144,7 @@ def run_recipe_call(plan, call, workdir: str, progress: Progress, log, primary: 
       "compile_s": 0.0, "run_s": 0.0}
   writers = [_reuse.MetricsWriter(os.path.join(workdir, "cells", c.name), resume_step=start)
              if primary else None for c in call.cells]
-  compiled, done, chunks = {}, start, 0
+  compiled, done = {}, start
   kill_after = int(os.environ.get(KILL_AFTER_CHUNKS_ENV, "0") or 0)
   try:
     while done < total:
@@ -174,8 +175,8 @@ def run_recipe_call(plan, call, workdir: str, progress: Progress, log, primary: 
         ckpt.save(done, state)
         if primary:
           _write_json(timing_path, timing)
-        chunks += 1
-        if kill_after and chunks >= kill_after and done < total:
+        _checkpoints_saved[0] += 1
+        if kill_after and _checkpoints_saved[0] >= kill_after and done < total:
           os.kill(os.getpid(), signal.SIGKILL)
   finally:
     for w in writers:
