@@ -67,7 +67,7 @@ def test_grouping_traced_axes_share_a_compile():
     assert len({(c.values["num_envs"], c.values["env_kwargs.num_actions"])
                 for c in call.cells}) == 1
     assert len({(c.values["lr"], c.values["gamma"]) for c in call.cells}) == 6
-  assert "24 cells x 2 seeds = 48 runs in 4 compiled call(s)" in p.describe()
+  assert "24 cells x 2 seeds = 48 runs in 4 compiled call(s), 4 compile(s)" in p.describe()
   # Each cell's config holds its values; the sweep's seeds replace the base's.
   cell = p.cells[-1]
   assert cell.config.lr == 1e-2 and cell.config.env_kwargs.num_actions == 4
@@ -205,7 +205,7 @@ def reference(tmp_path_factory):
   root = tmp_path_factory.mktemp("sweep")
   config = _write_config(root / "tiny_sweep.py", _AXES)
   out = _sweep(config, root / "ref")
-  assert "4 cells x 2 seeds = 8 runs in 2 compiled call(s)" in out.stdout, out.stdout
+  assert "4 cells x 2 seeds = 8 runs in 2 compiled call(s), 2 compile(s)" in out.stdout, out.stdout
   assert "cells 0/4 done | call k000" in out.stdout and "env steps/s | ETA" in out.stdout
   return root, config, _table(root / "ref")
 

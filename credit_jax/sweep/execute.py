@@ -160,7 +160,6 @@ def run_recipe_call(plan, call, workdir: str, progress: Progress, log, primary: 
       chunk = _reuse.to_host(chunk)
       dt = time.perf_counter() - t0
       timing["run_s"] += dt
-      latest = {}
       for i, (cell, writer) in enumerate(zip(call.cells, writers)):
         part = {k: np.asarray(v)[i * seeds:(i + 1) * seeds] for k, v in chunk.items()}
         records = _reuse.metrics_lib.chunk_to_records(part, done + 1, per_update)

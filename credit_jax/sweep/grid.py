@@ -82,8 +82,17 @@ class Plan:
     vm = ", ".join(list(self.traced) + ["seeds"])
     st = ", ".join(self.static) or "none"
     return (f"{len(self.cells)} cells x {self.seeds} seeds = {runs} runs in "
-            f"{len(self.calls)} compiled call(s) (vmapped together: {vm}; a compile per "
-            f"value of: {st})")
+            f"{len(self.calls)} compiled call(s), {self.num_compiles()} compile(s) "
+            f"(vmapped together: {vm}; a compile per value of: {st})")
+
+  def num_compiles(self) -> int:
+    """Programs the sweep compiles: one per call and chunk length (a shorter last chunk
+    of a run compiles a second program)."""
+    count = 0
+    for call in self.calls:
+      total, chunk = call.train.num_updates, int(call.cells[0].config.chunk_updates)
+      count += 1 + int(total > chunk and total % chunk != 0)
+    return count
 
 
 def load_config_file(spec: str):

@@ -121,9 +121,10 @@ def _by_cell(rows: Sequence[dict]) -> Dict[str, List[dict]]:
   return cells
 
 
-def markdown(rows: Sequence[dict], axes: Sequence[str], title: str) -> str:
-  """A table: one line per cell, mean and 95% interval over seeds of each final metric."""
-  finals = []
+def markdown(rows: Sequence[dict], axes: Sequence[str], title: str, metric: str = "") -> str:
+  """A table: one line per cell, mean and 95% interval over seeds of each final metric
+  (`metric` first)."""
+  finals = [f"final_{metric}"] if metric and any(f"final_{metric}" in r for r in rows) else []
   for row in rows:
     finals += [k for k in row if k.startswith("final_") and k not in finals]
   head = ["cell"] + list(axes) + ["seeds"] + [f[len("final_"):] for f in finals]
@@ -170,7 +171,7 @@ def plot_axes(rows: Sequence[dict], axes: Sequence[str], metric: str,
       err = [0.0 if math.isnan(h) else h for _, h in stats]
       name = ", ".join(f"{a.split('.')[-1]}={v}" for a, v in zip(others, label))
       ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, capsize=3, label=name or None)
-    if numeric and min(values) > 0 and max(values) / min(values) >= 30:
+    if numeric and min(values) > 0 and max(values) / min(values) >= 10:
       ax.set_xscale("log")
     if not numeric:
       ax.set_xticks(range(len(values)))
@@ -199,6 +200,6 @@ def write_tables(rows: Sequence[dict], axes: Sequence[str], metric: str, workdir
   md_path = os.path.join(workdir, RESULTS_MD)
   tmp = f"{md_path}.{os.getpid()}.tmp"
   with open(tmp, "w") as f:
-    f.write(markdown(rows, axes, title))
+    f.write(markdown(rows, axes, title, metric))
   os.replace(tmp, md_path)
   return {"csv": csv_path, "md": md_path, "figures": plot_axes(rows, axes, metric, workdir)}
