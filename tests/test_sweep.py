@@ -4,7 +4,6 @@ resume after a SIGKILL mid-sweep, refusal of a changed sweep, shards and two pro
 import csv
 import math
 import os
-import shutil
 import signal
 import socket
 import subprocess

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -74,7 +74,13 @@ class Progress:
     self.cells_done = 0
     self.total_steps, self.steps_done = total_steps, 0
     self.session_steps, self.session_s = 0, 0.0
+    self.compiles_left, self.compile_s, self.compiles = 0, 0.0, 0
     self.log = log
+
+  def compiled(self, seconds: float) -> None:
+    self.compiles_left = max(0, self.compiles_left - 1)
+    self.compile_s += seconds
+    self.compiles += 1
 
   def report(self, call, updates: Tuple[int, int], steps: int, seconds: float,
              latest: Dict[str, float]) -> None:
@@ -83,11 +89,14 @@ class Progress:
     self.session_s += seconds
     rate = self.session_steps / max(self.session_s, 1e-9)
     eta = (self.total_steps - self.steps_done) / rate if rate > 0 else float("inf")
+    # Compiles still to come, at the mean time of those done so far.
+    eta += self.compiles_left * self.compile_s / max(self.compiles, 1)
     shown = " ".join(f"{k} {v:.3f}" for k, v in latest.items())
     self.log(f"cells {self.cells_done}/{self.cells_total} done | call {call.name} "
              f"({len(call.cells)} cells) update {updates[0]}/{updates[1]} | "
              f"{steps / max(seconds, 1e-9):,.0f} env steps/s | ETA "
-             f"{_reuse.metrics_lib.format_duration(eta)} (compiles excluded) | {shown}")
+             f"{_reuse.metrics_lib.format_duration(eta)} (with {self.compiles_left} "
+             f"compile(s) to go) | {shown}")
 
 
 def _batched_fns(train):
@@ -153,6 +162,7 @@ def run_recipe_call(plan, call, workdir: str, progress: Progress, log, primary: 
         t0 = time.perf_counter()
         compiled[u] = run(u).lower(state, hp).compile()
         timing["compile_s"] += time.perf_counter() - t0
+        progress.compiled(time.perf_counter() - t0)
         log(f"call {call.name}: compiled a chunk of {u} updates x {batch} runs in "
             f"{time.perf_counter() - t0:.1f} s")
       t0 = time.perf_counter()
@@ -315,6 +325,7 @@ def run_sweep(sweep, workdir: str, shard: Tuple[int, int] = (0, 1),
   total_steps = sum(c.train.num_updates * c.train.env_steps_per_update * len(c.cells)
                     * plan.seeds for c in pending if c.train is not None)
   progress = Progress(plan, total_steps, log)
+  progress.compiles_left = plan.num_compiles(pending) if not plan.experiment else 0
   progress.cells_done = sum(len(c.cells) for c in plan.calls if finished(c))
   skipped = len(mine) - len(pending)
   if skipped:

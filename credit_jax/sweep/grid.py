@@ -31,7 +31,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import ml_collections
 
@@ -85,11 +85,11 @@ class Plan:
             f"{len(self.calls)} compiled call(s), {self.num_compiles()} compile(s) "
             f"(vmapped together: {vm}; a compile per value of: {st})")
 
-  def num_compiles(self) -> int:
-    """Programs the sweep compiles: one per call and chunk length (a shorter last chunk
-    of a run compiles a second program)."""
+  def num_compiles(self, calls: Optional[List[Call]] = None) -> int:
+    """Programs `calls` (default all) compile: one per call and chunk length (a shorter
+    last chunk of a run compiles a second program)."""
     count = 0
-    for call in self.calls:
+    for call in self.calls if calls is None else calls:
       total, chunk = call.train.num_updates, int(call.cells[0].config.chunk_updates)
       count += 1 + int(total > chunk and total % chunk != 0)
     return count
