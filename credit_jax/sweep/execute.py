@@ -256,8 +256,13 @@ def run_experiment_cell(plan, call, workdir: str, progress: Progress, log, prima
                                 lambda _: None)
       saved = {"summary": summary, "seconds": time.perf_counter() - t0}
       _write_json(done_path, saved)
+      progress.runs_left -= 1
+      progress.session_s += saved["seconds"]
+      progress.session_steps += 1   # experiment runs, not env steps
+      eta = progress.runs_left * progress.session_s / progress.session_steps
       log(f"cells {progress.cells_done}/{progress.cells_total} done | cell {cell.name} "
-          f"seed {s + 1}/{plan.seeds} in {saved['seconds']:.1f} s")
+          f"seed {s + 1}/{plan.seeds} in {saved['seconds']:.1f} s | ETA "
+          f"{_reuse.metrics_lib.format_duration(eta)}")
     summaries.append(saved["summary"])
     seconds.append(saved["seconds"])
   rows = results_lib.experiment_rows(summaries, cell, metrics, seconds)
@@ -326,6 +331,7 @@ def run_sweep(sweep, workdir: str, shard: Tuple[int, int] = (0, 1),
                     * plan.seeds for c in pending if c.train is not None)
   progress = Progress(plan, total_steps, log)
   progress.compiles_left = plan.num_compiles(pending) if not plan.experiment else 0
+  progress.runs_left = len(pending) * plan.seeds   # (experiments' ETA)
   progress.cells_done = sum(len(c.cells) for c in plan.calls if finished(c))
   skipped = len(mine) - len(pending)
   if skipped:

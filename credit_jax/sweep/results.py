@@ -173,6 +173,8 @@ def plot_axes(rows: Sequence[dict], axes: Sequence[str], metric: str,
       ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, capsize=3, label=name or None)
     if numeric and min(values) > 0 and max(values) / min(values) >= 10:
       ax.set_xscale("log")
+    elif numeric and len(values) <= 12:
+      ax.set_xticks(values)
     if not numeric:
       ax.set_xticks(range(len(values)))
       ax.set_xticklabels([str(v) for v in values])
