@@ -1,0 +1,92 @@
+"""Runs a grid of configs (a sweep) in as few compiles as possible, resuming from --workdir.
+
+  python3 scripts/sweep.py --config=configs/sweeps/ppo_cartpole_lr.py:small --workdir=/tmp/sw
+  python3 scripts/sweep.py --config=configs/sweeps/grpo_keychain_group.py --workdir=... \
+      --shard=0/4          # this job runs every 4th compiled call (a SLURM array task)
+
+The sweep config names a base config and axes (configs/sweeps/); traced hyperparameters
+are vmapped with the seeds in one compiled call, every other field compiles its own.
+Writes into --workdir: results.csv, results.md, <metric>_vs_<axis>.png, and per cell its
+metrics.jsonl and TensorBoard events; the same command again resumes (finished cells are
+skipped, a half-finished call continues from its checkpoint). Over several processes, run
+the same command in each with `--distributed` or `--coordinator_address=HOST:PORT
+--num_processes=N --process_id=I` (a shared --workdir): each call's runs are split over
+all their devices. All logic lives in credit_jax/sweep/.
+"""
+import importlib.util
+import os
+import re
+import sys
+
+import cpu_affinity
+import distributed  # before credit_jax is imported: see that module for why
+
+try:
+  distributed.initialize_from_argv(sys.argv)
+except ValueError as _e:
+  print(f"error: {_e}", file=sys.stderr)
+  sys.exit(2)
+
+from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,g-bad-import-order
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Sweep config file: configs/sweeps/<name>.py[:variant].")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and results.")
+_FAST_PATHS = flags.DEFINE_bool(
+    "fast_paths", None, "credit_jax.fast_paths, CPU speed-ups (see that module); default "
+    "on when no accelerator is present (as scripts/train.py), --nofast_paths: off.")
+_SHARD = flags.DEFINE_string("shard", "0/1", "i/n: run only the compiled calls with "
+                             "index % n == i (independent jobs sharing --workdir).")
+flags.mark_flags_as_required(["config", "workdir"])
+distributed.define_flags(flags)
+
+
+def _launch():
+  """credit_jax/launch.py loaded on its own: importing the credit_jax package runs a JAX
+  computation (gymnax, at import), which would start the backend before XLA_FLAGS is
+  set and make configure_process re-execute the process (and, under jax.distributed,
+  drop its connection to the coordinator)."""
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "credit_jax",
+                      "launch.py")
+  spec = importlib.util.spec_from_file_location("_credit_jax_launch", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _runs_upper_bound(node) -> int:
+  """The product of every axis's length (the most cells one compiled call vmaps)."""
+  count = 1
+  for key in node.keys():
+    value = node[key]
+    count *= (_runs_upper_bound(value) if hasattr(value, "keys")
+              else max(1, len(value) if isinstance(value, (tuple, list)) else 1))
+  return count
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  config = _CONFIG.value
+  match = re.fullmatch(r"(\d+)/(\d+)", _SHARD.value)
+  if not match:
+    raise app.UsageError(f"--shard must be i/n, got {_SHARD.value!r}")
+  _launch().configure_process(
+      num_seeds=int(config.seeds) * _runs_upper_bound(config.get("axes") or {}))
+  from credit_jax import sweep  # pylint: disable=g-import-not-at-top
+  from credit_jax.sweep import grid  # pylint: disable=g-import-not-at-top
+  from credit_jax import fast_paths  # pylint: disable=g-import-not-at-top
+  fast = _FAST_PATHS.value
+  fast_paths.set_enabled(not cpu_affinity.accelerator_present() if fast is None else fast)
+  logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  try:
+    sweep.run_sweep(config, _WORKDIR.value, shard=(int(match[1]), int(match[2])),
+                    log=lambda line: print(line, flush=True))
+  except grid.ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+  app.run(main)
