@@ -16,7 +16,7 @@ from credit_jax.types import Trajectory
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "configs")
 CONFIGS = {"ppo_cartpole": (None, "small"), "grpo_keychain": (None, "small", "delay"),
-           "reinforce_keychain": (None, "small"), "tree_search": ("train",)}
+           "reinforce_keychain": (None, "small")}
 
 
 def load_config(name, variant=None):
@@ -93,9 +93,6 @@ def _set(c, path, value):
     ("ppo_cartpole", "algo", "sarsa", "config.algo: unknown recipe 'sarsa'"),
     ("ppo_cartpole", "gamma", 1.5, "config.gamma"),
     ("ppo_cartpole", "network.activation", "sigmoid", "config.network.activation"),
-    ("tree_search:train", "search_weight", 2.0, "config.search_weight: the weight of a "
-     "searched episode is bounded"),
-    ("tree_search:train", "search_tasks", 99, "config.search_tasks: must lie in"),
 ])
 def test_invalid_field_is_named(name, field, value, match):
   c = load_config(*name.split(":"))

@@ -19,8 +19,9 @@ Part B trains `search_then_train` with search on and off (the off arm is GRPO wi
 loss), seeds vmapped, and plots sampled and greedy success against updates and against
 env steps (search steps included).
 
-Writes into the workdir: metrics.jsonl (one record per point, then per update and arm),
-search_vs_sampling.png, training_curves.png, summary.json and summary.md.
+`config.parts` picks the parts ("ab", or "a" / "b" alone). Writes into the workdir:
+metrics.jsonl (one record per point, then per update and arm), search_vs_sampling.png
+(part A), training_curves.png (part B), summary.json and summary.md.
 """
 from __future__ import annotations
 
@@ -95,6 +96,7 @@ def train_config(horizon: int, num_pivotal: int):
 def default_config() -> ml_collections.ConfigDict:
   """The "small" run: six difficulty points, then part B at T = 10, k = 6."""
   c = ml_collections.ConfigDict()
+  c.parts = "ab"                 # which parts run: a (search vs sampling), b (training)
   c.seed = 0                     # base RNG seed
   c.env_name = "KeyChain-v0"
   c.horizon = 10                 # episode length T, and the search's max_depth
@@ -124,6 +126,8 @@ def num_seeds(config) -> int:
 
 def validate_config(config) -> None:
   """Raises ConfigError naming the field when the experiment cannot run as configured."""
+  if not config.parts or set(config.parts) - set("ab"):
+    raise ConfigError(f"config.parts must be made of 'a' and 'b', got {config.parts!r}")
   a = int(config.num_actions)
   if a < 2 or a & (a - 1):
     raise ConfigError(f"config.num_actions={a} must be a power of two >= 2 (uniform cues)")
@@ -300,14 +304,25 @@ def plot_training(arms, workdir):
 
 
 def markdown(summary):
-  s, t = summary, summary["training"]
+  """summary.md: part A's table and part B's, for the parts that ran."""
+  s = summary
+  lines = ["# Exercise 5: tree search vs sampling (KeyChain-v0)", "",
+           f"{report.wall_time(s['wall_seconds'])}", ""]
+  if "points" in s:
+    lines += _markdown_points(s)
+  if "training" in s:
+    lines += _markdown_training(s["training"])
+  return "\n".join(lines + [""])
+
+
+def _markdown_points(s):
   lines = [
-      "# Exercise 5: tree search vs sampling (KeyChain-v0)", "",
+      "## Sampling against search, per difficulty", "",
       f"T = {s['horizon']}, A = {s['num_actions']}, {s['num_tasks']} tasks per point, "
       f"K = {s['group_size']} samples per task, search: {s['simulations']} simulations "
       f"({s['selection']}, {s['rollout']} rollouts) with the policy as prior. Sampling "
-      "success is exact (`1 - (1 - p)^K`; measured beside it); search success is measured. "
-      f"{report.wall_time(s['wall_seconds'])}", ""]
+      "success is exact (`1 - (1 - p)^K`; measured beside it); search success is measured.",
+      ""]
   lines += report.table(
       ("k", "policy q", "p (one episode)", "sampling@K", "(measured)", "search",
        "success x", "compute x", "matched M", "sampling@M", "success x at matched compute"),
@@ -317,8 +332,12 @@ def markdown(summary):
         f"{p['compute_multiplier']:.3g}", p["matched_episodes"],
         f"{p['matched_sampling_success']:.2e}", f"{p['matched_success_multiplier']:.3g}")
        for p in s["points"]])
-  lines += [
-      "", "## GRPO with and without search",
+  return lines + [""]
+
+
+def _markdown_training(t):
+  lines = [
+      "## GRPO with and without search", "",
       f"KeyChain T = {t['horizon']}, k = {t['num_pivotal']} (random success "
       f"{t['episode_success']:.2e}), {t['num_updates']} updates x {t['num_tasks']} tasks x "
       f"K = {t['group_size']}, {t['seeds']} seeds; search on every "
@@ -330,7 +349,7 @@ def markdown(summary):
       [(arm, f"{r['success_last5']:.3f}", f"{r['greedy_success_last5']:.3f}",
         f"{r['env_steps']:.3g}", f"{r['search_found']:.3f}", f"{r['searched_logp_step']:.3f}")
        for arm, r in t["arms"].items()])
-  return "\n".join(lines + [""])
+  return lines
 
 
 def training_summary(train_config, arms):
@@ -358,8 +377,24 @@ def training_summary(train_config, arms):
       "arms": {arm: arm_summary(m) for arm, m in arms.items()}}
 
 
+def _part_a(config, key, writer, log):
+  """Part A: one dict per difficulty point (`measure_point`), logged and recorded."""
+  points = []
+  for i, (k, q) in enumerate(config.difficulties):
+    lap = report.Stopwatch()
+    p = measure_point(config, k, q, jax.random.fold_in(key, i))
+    points.append(p)
+    writer.write_records([{"update": i + 1, "part": "A", **p}])
+    log(f"point {i + 1}/{len(config.difficulties)} k={k} q={p['q']:.2f} "
+        f"p={p['episode_success']:.1e}: sampling@{p['group_size']} "
+        f"{p['sampling_success']:.2e} (measured {p['sampling_success_measured']:.3f}), "
+        f"search {p['search_success']:.3f} | x{p['success_multiplier']:.3g} success at "
+        f"x{p['compute_multiplier']:.3g} compute | {lap.seconds():.1f}s")
+  return points
+
+
 def run(config, workdir: str, log=print) -> dict:
-  """Runs both parts; writes metrics, figures and summaries into `workdir`.
+  """Runs the parts named by `config.parts`; writes metrics, figures and summaries.
 
   Returns the summary (also summary.json): "points" (part A, one dict per difficulty)
   and "training" (part B, `training_summary`).
@@ -368,32 +403,24 @@ def run(config, workdir: str, log=print) -> dict:
   os.makedirs(workdir, exist_ok=True)
   key = jax.random.key(config.seed)
   watch = report.Stopwatch()
-  points = []
+  summary = {"horizon": int(config.horizon), "num_actions": int(config.num_actions),
+             "num_tasks": int(config.num_tasks), "group_size": int(config.group_size),
+             "simulations": int(config.search.simulations),
+             "selection": config.search.selection, "rollout": config.search.rollout}
   with metrics.MetricsWriter(workdir, tensorboard=False) as writer:
-    for i, (k, q) in enumerate(config.difficulties):
-      lap = report.Stopwatch()
-      p = measure_point(config, k, q, jax.random.fold_in(key, i))
-      points.append(p)
-      writer.write_records([{"update": i + 1, "part": "A", **p}])
-      log(f"point {i + 1}/{len(config.difficulties)} k={k} q={p['q']:.2f} "
-          f"p={p['episode_success']:.1e}: sampling@{p['group_size']} "
-          f"{p['sampling_success']:.2e} (measured {p['sampling_success_measured']:.3f}), "
-          f"search {p['search_success']:.3f} | x{p['success_multiplier']:.3g} success at "
-          f"x{p['compute_multiplier']:.3g} compute | {lap.seconds():.1f}s")
-    arms = train_arms(config, jax.random.fold_in(key, 10_000), log)
-    for arm, m in arms.items():
-      mean = {k: v.mean(0) for k, v in m.items()}
-      writer.write_records(
-          [{"update": len(points) + u + 1, "part": "B", "arm": arm, "train_update": u + 1,
-            **{k: float(v[u]) for k, v in mean.items()}}
-           for u in range(m["success"].shape[1])])
-  plot_points(points, workdir)
-  plot_training(arms, workdir)
-  summary = {
-      "points": points, "horizon": int(config.horizon),
-      "num_actions": int(config.num_actions), "num_tasks": int(config.num_tasks),
-      "group_size": int(config.group_size), "simulations": int(config.search.simulations),
-      "selection": config.search.selection, "rollout": config.search.rollout,
-      "training": training_summary(config.train, arms),
-      "wall_seconds": watch.seconds()}
+    if "a" in config.parts:
+      summary["points"] = _part_a(config, key, writer, log)
+      plot_points(summary["points"], workdir)
+    if "b" in config.parts:
+      arms = train_arms(config, jax.random.fold_in(key, 10_000), log)
+      first = len(summary.get("points", ()))
+      for arm, m in arms.items():
+        mean = {k: v.mean(0) for k, v in m.items()}
+        writer.write_records(
+            [{"update": first + u + 1, "part": "B", "arm": arm, "train_update": u + 1,
+              **{k: float(v[u]) for k, v in mean.items()}}
+             for u in range(m["success"].shape[1])])
+      plot_training(arms, workdir)
+      summary["training"] = training_summary(config.train, arms)
+  summary["wall_seconds"] = watch.seconds()
   return report.write_summary(workdir, summary, markdown(summary))
