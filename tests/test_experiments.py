@@ -5,6 +5,7 @@ and every experiment script's thin main run as a user runs it.
 The experiments' scientific targets are measured by their full configs (README); these
 check that the outputs are there, consistent and match independent references.
 """
+import importlib
 import importlib.util
 import json
 import os
@@ -19,6 +20,7 @@ import pytest
 from credit_jax import diagnostics as dg
 from credit_jax import metrics
 from credit_jax.algos import ConfigError
+from credit_jax import experiments
 from credit_jax.experiments import grpo_degradation, report, variance_scaling
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,6 +40,22 @@ def check_png(path, min_bytes=10_000):
   with open(path, "rb") as f:
     assert f.read(8) == PNG_MAGIC, path
   assert os.path.getsize(path) > min_bytes, path
+
+
+# --- the experiment contract -------------------------------------------------------------
+
+@pytest.mark.parametrize("name", experiments.EXPERIMENTS)
+def test_every_experiment_has_the_contract_and_a_config_file(name):
+  module = importlib.import_module(f"credit_jax.experiments.{name}")
+  for fn in ("default_config", "validate_config", "num_seeds", "run"):
+    assert callable(getattr(module, fn)), (name, fn)
+  default = module.default_config()
+  module.validate_config(default)
+  assert module.num_seeds(default) >= 1
+  # configs/<name>.py starts from it: its default variant is the same config.
+  assert load_config(name).to_dict() == default.to_dict()
+  with open(os.path.join(ROOT, "scripts", f"{name}.py")) as f:
+    assert f"cli.main({name})" in f.read()
 
 
 # --- report ------------------------------------------------------------------------------
