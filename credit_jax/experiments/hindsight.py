@@ -108,10 +108,12 @@ GRPO_ENVS = {
                         horizon=18, num_updates=150),
     # TextEdit: every buffer (length 0..3, tokens from 2) other than the start (2 tokens)
     # is a goal (goal_edits="all", the analogue of GoalGrid's fix), 12 steps; random
-    # policy: 5.5% success (first 3 updates). Measured (3 seeds, --parts=b): none
+    # policy: 5.5% success (first 3 updates). Measured (3 seeds, parts "b"): none
     # reaches 50% at 585k env steps (final 0.48), plain at 240k (ratio 0.41, final
     # 0.84), iw never in the seed mean (seeds at 674k, 143k, never; it stays near 0.33,
-    # final 0.29; 600 updates: the same steps, final 0.32). 2 seeds, buffer of 4 (3
+    # final 0.29; 600 updates: the same steps, final 0.32). Rerun on later code (other
+    # random streams, the README's command): none never in 500 updates (final 0.24),
+    # plain at 250k (final 0.87), iw never (final 0.35). 2 seeds, buffer of 4 (3
     # tokens to start, 16 steps, 200 updates, random 1.7%): none never (final 0.16),
     # plain 0.30, iw 0.21.
     # Before: one random edit away (goal_edits="any", buffer of 4, 3 tokens, 16 steps;
