@@ -188,10 +188,13 @@ def test_bad_inputs_are_named():
 # --- GRPO + relabeling ------------------------------------------------------------------
 
 def _load_config(variant):
+  """configs/hindsight.py's experiment config, or its arms' recipe configs ("dqn", "grpo")."""
   path = os.path.join(os.path.dirname(__file__), os.pardir, "configs", "hindsight.py")
   spec = importlib.util.spec_from_file_location("hindsight_config", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
+  if variant in ("dqn", "grpo"):
+    return getattr(module, f"{variant}_config")()
   return module.get_config(variant)
 
 

@@ -92,31 +92,3 @@ def test_search_every_and_the_control_arm_over_vmapped_seeds():
       assert float(np.sum(m["search_env_steps"])) == 0.0
       assert float(np.sum(m["searched_tasks"])) == 0.0
 
-
-@pytest.mark.slow
-def test_exercise_script_smoke(tmp_path):
-  """scripts/tree_search.py's smoke variant writes its plots and a sane summary."""
-  import json
-  import subprocess
-  import sys
-  proc = subprocess.run(
-      [sys.executable, os.path.join(ROOT, "scripts", "tree_search.py"),
-       f"--config={os.path.join(ROOT, 'configs', 'tree_search.py')}:smoke",
-       f"--workdir={tmp_path}"],
-      env=dict(os.environ, JAX_PLATFORMS="cpu"), cwd=ROOT, capture_output=True, text=True,
-      timeout=600)
-  assert proc.returncode == 0, proc.stdout + proc.stderr
-  for png in ("search_vs_sampling.png", "training_curves.png"):
-    with open(tmp_path / png, "rb") as f:
-      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-  with open(tmp_path / "summary.json") as f:
-    summary = json.load(f)
-  for p in summary["points"]:
-    assert 0.0 <= p["search_success"] <= 1.0
-    assert p["compute_multiplier"] > 0 and p["matched_episodes"] >= 1
-    # Success multipliers are consistent with the rates they divide.
-    np.testing.assert_allclose(p["success_multiplier"] * p["sampling_success"],
-                               p["search_success"], rtol=1e-6)
-  assert set(summary["training"]["arms"]) == {"search", "grpo"}
-  assert summary["training"]["arms"]["grpo"]["search_found"] == 0.0
-  assert (tmp_path / "summary.md").read_text().startswith("# Exercise 5")
