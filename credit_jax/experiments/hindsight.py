@@ -33,62 +33,21 @@ import ml_collections
 import numpy as np
 
 from credit_jax import algos
-from credit_jax.algos import ConfigError, grpo_hindsight
+from credit_jax.algos import ConfigError, dqn, grpo_hindsight
 from credit_jax.experiments import report
 
 
-def _run_fields(c):
-  c.seed = 0                      # base RNG seed; seed i of a multi-seed run is split from it
-  c.seeds = 1                     # seeds trained side by side in one compiled call (vmap)
-  c.history_window = 0            # relabeling needs flat goal observations
-  c.anneal_lr = False             # linearly anneal lr to 0 over the run
-  c.adam_eps = 1e-5               # Adam epsilon
-  c.max_grad_norm = 10.0          # global gradient-norm clip
-  c.chunk_updates = 25            # updates per compiled call (scripts/train.py)
-  c.checkpoint_every = 0          # 0: checkpoint only at the end
-  c.keep_checkpoints = 1          # newest checkpoints kept
-  c.relabel_weight = 1.0          # weight of relabeled examples (0: no relabeling)
-  c.relabel_threshold = 1.01      # real success rate at which relabeling switches off
-  c.relabel_ramp = 0.0            # success range below the threshold over which it fades
-  c.success_ema = 0.9             # decay of the running real-success rate (per update)
-
-
 def dqn_config(num_bits=15, her=True):
-  """DQN(+HER) on BitFlip-v0 with `num_bits` bits (the HER paper's experiment).
+  """DQN(+HER) on BitFlip-v0 with `num_bits` bits (the HER paper's experiment): the
+  recipe's `default_config()` with n bits, episodes of n steps, and `her=False` turning
+  relabeling off (`relabel_weight = 0`).
 
   Part (a)'s recipe config; alone, for scripts/train.py: configs/dqn_bitflip.py.
   """
-  c = ml_collections.ConfigDict()
-  c.algo = "dqn"                  # recipe in credit_jax.algos.RECIPES
-  c.env_name = "BitFlip-v0"       # a goal environment
-  c.env_kwargs = ml_collections.ConfigDict()
+  c = dqn.default_config()
   c.env_kwargs.num_bits = num_bits  # n; the episode limit is n steps
-  _run_fields(c)
-  c.relabel_weight = 1.0 if her else 0.0  # 0: plain DQN, no HER
-  c.her_strategy = "future"       # final | episode | future
-  c.her_k = 4                     # relabeled goals per transition (HER: k = 4)
-  c.num_updates = 300             # HER cycles: collect, relabel, store, learn
-  c.num_envs = 16                 # episodes collected per cycle
   c.horizon = num_bits            # steps per episode (the env's limit)
-  c.eval_envs = 64                # greedy test episodes per cycle (`success`)
-  c.buffer_size = 100_000         # replay capacity in transitions
-  c.batch_size = 128              # transitions per gradient step
-  c.grad_steps = 40               # gradient steps per cycle
-  c.lr = 1e-3                     # Adam learning rate
-  c.gamma = 0.98                  # discount
-  c.epsilon = 0.2                 # exploration rate of the behaviour policy
-  c.target_tau = 0.05             # Polyak step of the target network per cycle
-  # The paper's 0/-1 rewards and targets clipped to [-1/(1-gamma), 0]. This is what
-  # n = 50 needs: with the env's 1/0 rewards (offset 0, no clip) one seed stayed at 0
-  # success for 5500 cycles at n = 50 (greedy Q-values of matching and differing bits
-  # within 0.01 of each other far from the goal, so the policy flipped bits back and
-  # forth); with -1 and the clip the same seed reached 0.99 at 1250 cycles.
-  c.reward_offset = -1.0          # added to stored rewards (-1: success 0, else -1)
-  c.clip_target = True            # clip TD targets to the returns the rewards allow
-  c.network = ml_collections.ConfigDict()
-  c.network.hidden_sizes = (256,)   # Q-network MLP widths
-  c.network.activation = "relu"
-  c.network.shared_torso = False    # (no value head: Q-values are the logits)
+  c.relabel_weight = 1.0 if her else 0.0  # 0: plain DQN, no HER
   return c
 
 
@@ -129,40 +88,19 @@ GRPO_ENVS = {
 
 
 def grpo_config(env_name="GoalGrid-v0", relabel="plain"):
-  """GRPO (+ hindsight relabeling, `relabel` in none | plain | iw) on a goal env.
+  """GRPO (+ hindsight relabeling, `relabel` in none | plain | iw) on a goal env of
+  `GRPO_ENVS`: the recipe's `default_config()` with that env's options, episode length
+  and number of updates.
 
   Part (b)'s recipe config per environment; GoalGrid alone, for scripts/train.py:
   configs/grpo_hindsight_goalgrid.py.
   """
-  c = ml_collections.ConfigDict()
-  c.algo = "grpo_hindsight"       # recipe in credit_jax.algos.RECIPES
+  c = grpo_hindsight.default_config()
   c.env_name = env_name           # a goal environment
   c.env_kwargs = ml_collections.ConfigDict(dict(GRPO_ENVS[env_name]["env_kwargs"]))
-  _run_fields(c)
-  c.max_grad_norm = 1.0           # global gradient-norm clip
   c.relabel = relabel             # none | plain | iw (importance-weighted)
-  c.relabel_strategy = "final"    # final | episode: where relabeled goals come from
-  c.relabel_goals = 1             # relabeled episodes per failed episode
-  c.relabel_threshold = 0.8       # real success rate at which relabeling switches off
-  c.relabel_ramp = 0.3            # it fades out over [threshold - ramp, threshold]
-  c.rho_clip = 1.0                # largest importance weight ("iw" mode)
   c.num_updates = GRPO_ENVS[env_name]["num_updates"]  # updates (one group rollout each)
-  c.num_tasks = 16                # tasks (start states + goals) per update
-  c.group_size = 8                # K rollouts per task from the same start state
   c.horizon = GRPO_ENVS[env_name]["horizon"]  # rollout steps per episode
-  c.update_epochs = 2             # passes over each rollout
-  c.num_minibatches = 2           # minibatches of whole groups; must divide num_tasks
-  c.advantage = "grpo"            # group advantage: grpo | rloo | drgrpo
-  c.loss_aggregation = "token_mean"  # the recipe's weighted token mean (only choice)
-  c.lr = 3e-3                     # Adam learning rate
-  c.clip_eps = 0.2                # ratio clip of the surrogate
-  c.ent_coef = 0.0                # entropy bonus weight
-  c.use_reference_kl = False      # (not supported with relabeling)
-  c.kl_coef = 0.0
-  c.network = ml_collections.ConfigDict()
-  c.network.hidden_sizes = (64, 64)  # MLP widths
-  c.network.activation = "tanh"
-  c.network.shared_torso = False
   return c
 
 
@@ -257,13 +195,15 @@ def part_a(cfg, workdir: str, log) -> dict:
     c.env_kwargs.num_bits, c.horizon = int(n), int(n)
     c.num_updates = int(cfg.cycles_per_bit) * int(n)
     metrics, compile_s, run_s = run_arms(c, list(arms.values()), int(cfg.seeds))
-    final = metrics["success"][:, :, -10:].mean(-1)        # [arms, seeds]
+    # DQN's `greedy_success`: its greedy policy's episodes (`success` is the
+    # epsilon-greedy behaviour policy's; the recipe contract in docs/RECIPES.md).
+    final = metrics["greedy_success"][:, :, -10:].mean(-1)  # [arms, seeds]
     results[str(n)] = {
         "updates": c.num_updates, "env_steps": c.num_updates * c.num_envs * c.horizon,
         "compile_seconds": compile_s, "run_seconds": run_s,
         **{arm: {"success_mean": float(final[i].mean()), "success_std": float(final[i].std()),
                  "success_per_seed": [float(x) for x in final[i]],
-                 "curve_mean": metrics["success"][i].mean(0).round(4).tolist()}
+                 "curve_mean": metrics["greedy_success"][i].mean(0).round(4).tolist()}
            for i, arm in enumerate(arms)}}
     log(f"BitFlip n={n}: HER {final[0].mean():.2f} +- {final[0].std():.2f}, no HER "
         f"{final[1].mean():.2f} +- {final[1].std():.2f} (compile {compile_s:.0f} s, run "

@@ -36,59 +36,19 @@ from credit_jax import diagnostics as dg
 from credit_jax import envs, metrics, rollout
 from credit_jax import search as search_lib
 from credit_jax.algos import ConfigError
+from credit_jax.algos import common
 from credit_jax.algos import search_then_train as stt
 from credit_jax.experiments import report
 
 def train_config(horizon: int, num_pivotal: int):
-  """Part B's search-then-train recipe config (also what the recipe's tests start from).
+  """Part B's search-then-train recipe config: the recipe's `default_config()` on KeyChain
+  with episodes of `horizon` steps and `num_pivotal` pivotal steps, 4 seeds, 40 updates.
 
   The same recipe alone, for scripts/train.py: configs/search_then_train_keychain.py.
   """
-  c = ml_collections.ConfigDict()
-  c.algo = "search_then_train"   # credit_jax.algos.search_then_train
-  c.env_name = "KeyChain-v0"
-  c.env_kwargs = ml_collections.ConfigDict()
-  c.env_kwargs.horizon = horizon          # KeyChain episode length T
-  c.env_kwargs.num_pivotal = num_pivotal  # pivotal steps k
-  c.env_kwargs.num_actions = 4            # A: random success (1/A)^k
-  c.env_kwargs.cue_delay = 0
-  c.history_window = 0
-  c.seed = 0                      # base RNG seed
+  c = common.keychain_env(stt.default_config(), horizon, num_pivotal)
   c.seeds = 4                     # seeds vmapped in one compiled call
-
   c.num_updates = 40              # updates (one group rollout each)
-  c.num_tasks = 16                # tasks (start states) per update
-  c.group_size = 8                # K sampled episodes per task
-  c.horizon = horizon             # rollout steps (= KeyChain's episode length)
-  c.update_epochs = 2
-  c.num_minibatches = 2           # must divide num_tasks
-  c.advantage = "grpo"            # grpo | rloo | drgrpo
-  c.loss_aggregation = "token_mean"  # the recipe's weighted token mean
-  c.lr = 3e-3
-  c.anneal_lr = False
-  c.adam_eps = 1e-5
-  c.max_grad_norm = 1.0
-  c.clip_eps = 0.2
-  c.ent_coef = 0.0
-  c.use_reference_kl = False
-  c.kl_coef = 0.0
-
-  c.search_every = 1              # search on every n-th update; 0: never (plain GRPO arm)
-  c.search_tasks = 16             # all-failed tasks searched per search update (<= num_tasks)
-  c.search_simulations = 64       # simulations per searched task
-  c.search_selection = "puct"     # puct | ucb1
-  c.search_rollout = "sample"     # leaf rollouts: sample | greedy (from the policy)
-  c.search_exploration = 1.25     # PUCT/UCB1 constant (traced hparam)
-  c.search_weight = 0.5           # weight of a searched episode's steps, in [0, 1] (traced)
-
-  c.network = ml_collections.ConfigDict()
-  c.network.hidden_sizes = (64, 64)
-  c.network.activation = "tanh"
-  c.network.shared_torso = False
-
-  c.chunk_updates = 10            # updates per compiled call
-  c.checkpoint_every = 0          # experiments keep no checkpoints
-  c.keep_checkpoints = 1
   return c
 
 
