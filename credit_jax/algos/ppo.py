@@ -12,6 +12,10 @@ grad norm .5, 64-unit tanh MLPs) with one difference on purpose: truncation boot
 
 Hyperparameters in `hparams` (traced, sweepable by vmap): lr, gamma, gae_lambda,
 clip_eps, ent_coef, vf_coef, max_grad_norm.
+
+`config.network.kind` picks the network: "mlp" (the default when the field is absent;
+this module), or "gru" / "transformer", sequence networks with memory of the episode,
+trained by `credit_jax.algos.ppo_sequence` (minibatches over whole environment windows).
 """
 from __future__ import annotations
 
@@ -20,9 +24,15 @@ import jax.numpy as jnp
 
 import credit_jax as cj
 from credit_jax import networks, rollout
-from credit_jax.algos import common, losses
+from credit_jax.algos import common, losses, ppo_sequence
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
+NETWORK_KINDS = ("mlp", "gru", "transformer")
+
+
+def network_kind(config) -> str:
+  """`config.network.kind`, "mlp" when the config has no such field."""
+  return str(config.network.get("kind", "mlp"))
 
 
 def num_updates(config) -> int:
@@ -47,6 +57,10 @@ def validate_config(config) -> None:
   req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
   for f in ("ent_coef", "vf_coef"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+  kind = network_kind(config)
+  req(kind in NETWORK_KINDS, "network.kind", f"must be one of {NETWORK_KINDS}, got {kind!r}")
+  if kind != "mlp":
+    ppo_sequence.validate_config(config)
 
 
 def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
@@ -119,6 +133,8 @@ def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
 
 def make_train(config) -> common.Train:
   """`Train` for PPO on `config.env_name`; see `common.Train` for how to call it."""
+  if network_kind(config) != "mlp":
+    return ppo_sequence.make_train(config, HPARAMS, num_updates(config))
   env, env_params = common.make_env(config)
   network, obs_shape = common.make_network(config, env, env_params, value_head=True)
   # The rollout samples actions only; values come from one pass after it.
