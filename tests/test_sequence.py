@@ -94,9 +94,11 @@ def test_carry_resets_at_episode_starts_like_a_python_loop(env_and_params):
 def test_episodes_and_groups_start_every_member_from_the_initial_carry():
   env, params = KEYCHAIN
   policy = POLICIES[3]
-  traj = rollout.collect_episodes(env, params, policy, None, jax.random.key(2), 3, 6)
+  traj = jax.jit(rollout.collect_episodes, static_argnums=(0, 2, 5, 6))(
+      env, params, policy, None, jax.random.key(2), 3, 6)
   np.testing.assert_array_equal(traj.extras["count"][:, 0], [0, 1, 2, 3, 0, 1])
-  groups = rollout.collect_groups(env, params, policy, None, jax.random.key(3), 2, 3, 5)
+  groups = jax.jit(rollout.collect_groups, static_argnums=(0, 2, 5, 6, 7))(
+      env, params, policy, None, jax.random.key(3), 2, 3, 5)
   assert groups.actions.shape == (5, 2, 3)
   np.testing.assert_array_equal(groups.extras["count"][:, 1, 2], [0, 1, 2, 3, 0])
   np.testing.assert_array_equal(groups.extras["prev_action"][0], -1)
@@ -143,8 +145,9 @@ def test_unroll_equals_stepping_across_resets(name):
     np.testing.assert_allclose(values[t], v_t, atol=2e-6, err_msg=f"t={t}")
     np.testing.assert_allclose(final_values[t], f_t, atol=2e-6, err_msg=f"t={t}")
   # Without `final` the same logits and values.
-  l2, v2, none = sn.unroll(net, params, carry, obs, prev_a, prev_r, starts)
-  assert none is None
+  l2, v2 = jax.jit(lambda c: sn.unroll(net, params, c, obs, prev_a, prev_r, starts)[:2])(
+      carry)
+  assert sn.unroll(net, params, carry, obs, prev_a, prev_r, starts)[2] is None
   np.testing.assert_allclose(l2, logits, atol=1e-6)
   np.testing.assert_allclose(v2, values, atol=2e-6)
 
@@ -267,14 +270,16 @@ def test_transformer_ppo_replays_its_rollout():
 
 
 def test_mlp_kind_is_the_unchanged_mlp_path():
+  # The same program whether the config names the MLP or has no kind field (as every
+  # config before sequence networks): the existing PPO tests cover its numbers.
   c = load_config("ppo_cartpole", "small")
   c.total_timesteps = 2 * c.num_envs * c.num_steps
   assert "kind" not in c.network and ppo.network_kind(c) == "mlp"
-  _, m_default = jax.jit(algos.make_train(c))(jax.random.PRNGKey(0))
+  key = jax.random.PRNGKey(0)
+  default = str(jax.make_jaxpr(algos.make_train(c))(key))
   c.network.kind = "mlp"
-  _, m_mlp = jax.jit(algos.make_train(c))(jax.random.PRNGKey(0))
-  for k in m_default:
-    np.testing.assert_array_equal(m_default[k], m_mlp[k], err_msg=k)
+  assert str(jax.make_jaxpr(algos.make_train(c))(key)) == default
+  assert len(default) > 1000
 
 
 def sampled_success(env, params, policy, net_params, num_envs=256):
