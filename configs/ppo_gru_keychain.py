@@ -9,9 +9,11 @@ there is no history window, so a memoryless policy succeeds with probability exa
 (1/A)^k whatever it learns (at a pivotal step its observation is independent of the
 answer). The GRU remembers the cue.
 
-Variants: none (T=64, k=2, A=2, cue_delay=16: MLP ceiling 25%), "small" (T=16, k=1,
-A=4, cue_delay=4: MLP ceiling 25%; the setting of the CI learning test), "transformer"
-(the default task with a causal transformer over the episode instead of the GRU).
+Variants: none (T=64, k=2, A=2, cue_delay=16: MLP ceiling 25%; 300 updates of 32 x 64
+steps, seed 0: GRU training return 0.93 over the last 10 updates, and >= 0.88 at every
+20th update from update 60 on), "small" (T=16, k=1, A=4, cue_delay=4: MLP ceiling 25%;
+the setting of the CI learning test), "transformer" (the default task with a causal
+transformer over the episode instead of the GRU).
 """
 import ml_collections
 
@@ -31,7 +33,7 @@ def get_config(arg=None):
   c.seed = 0                      # base RNG seed; seed i of a multi-seed run is split from it
   c.seeds = 1                     # seeds trained side by side in one compiled call (vmap)
 
-  c.total_timesteps = 1_048_576   # env steps per seed; updates = this // (envs * steps)
+  c.total_timesteps = 614_400     # env steps per seed; updates = this // (envs * steps)
   c.num_envs = 32                 # parallel environments per seed
   c.num_steps = 64                # rollout window per update (= T: one episode each)
   c.update_epochs = 4             # passes over each rollout
@@ -61,8 +63,8 @@ def get_config(arg=None):
   c.network.num_layers = 1           # transformer blocks
   c.network.max_len = 64             # transformer KV-cache slots = attention window
 
-  c.chunk_updates = 64            # updates per compiled call (one progress line each)
-  c.checkpoint_every = 256        # updates between checkpoints (multiple of chunk_updates)
+  c.chunk_updates = 50            # updates per compiled call (one progress line each)
+  c.checkpoint_every = 150        # updates between checkpoints (multiple of chunk_updates)
   c.keep_checkpoints = 3          # newest checkpoints kept
 
   if arg == "small":

@@ -312,3 +312,15 @@ def test_gru_ppo_learns_delayed_cues_an_mlp_cannot():
         f"{float(np.mean(m['return'][-10:])):.3f}")
   assert gru >= 0.8
   assert mlp <= 0.36   # 0.25 + 4 standard errors of 256 episodes
+
+
+@pytest.mark.parametrize("variant", [None, "small", "transformer"])
+def test_gru_keychain_config_variants_validate_and_build(variant):
+  c = load_config("ppo_gru_keychain", variant)
+  algos.validate_config(c)
+  train = algos.make_train(c)
+  assert train.env_steps_per_update == c.num_envs * c.num_steps
+  # The cue is given before its pivotal step and there is no window: memory is needed.
+  assert c.env_kwargs.cue_delay > 0 and c.history_window == 0
+  with pytest.raises(ValueError, match="unknown variant"):
+    load_config("ppo_gru_keychain", "huge")
