@@ -126,7 +126,8 @@ def collect(env: Any, env_params: Any, policy_fn: PolicyFn, policy_params: Any,
 
 def initial_policy_state(policy: SequencePolicy, batch: int) -> PolicyState:
   """The `PolicyState` of `batch` environments at an episode start: the policy's initial
-  carry broadcast to leaves [batch, ...], prev_action [batch] = -1, prev_reward [batch] = 0."""
+  carry broadcast to leaves [batch, ...], prev_action [batch] = -1 and prev_reward
+  [batch] = 0."""
   batch = check_int("batch", batch, minimum=1)
   carry = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch,) + jnp.shape(x)),
                        policy.initial_carry())

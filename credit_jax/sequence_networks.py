@@ -1,4 +1,4 @@
-"""Sequence policies and critics that see the whole history: a GRU and a causal transformer.
+"""Sequence policies and critics that see the whole history: GRU, causal transformer.
 
 Both networks read, at every step, a token made of the observation, the one-hot previous
 action (all zeros at an episode start, where it is -1) and the previous reward, and carry
@@ -56,7 +56,7 @@ def _dense(features: int, scale: float) -> nn.Dense:
 
 def _token(obs: Array, prev_action: Array, prev_reward: Array, num_actions: int,
            obs_rank: int) -> Array:
-  """`[..., D + A + 1]`: flattened observation, one-hot previous action, previous reward."""
+  """`[..., D + A + 1]`: flat observation, one-hot previous action, previous reward."""
   keep = obs.ndim - obs_rank
   if keep < 0 or jnp.shape(prev_action) != obs.shape[:keep] or \
       jnp.shape(prev_reward) != obs.shape[:keep]:
@@ -103,7 +103,7 @@ class GRUActorCritic(nn.Module):
     return self.pi_encoder(x), self.v_encoder(x)
 
   def cell(self, carry, x):
-    """One GRU step: `(carry, encoded input) -> carry` (the carry is the cell's output)."""
+    """One GRU step: `(carry, encoded input) -> carry` (the carry is its output)."""
     if self.shared_torso:
       return self.pi_cell(carry, x)[0]
     return self.pi_cell(carry[0], x[0])[0], self.v_cell(carry[1], x[1])[0]

@@ -51,9 +51,9 @@ class PolicyState(NamedTuple):
   (after a terminated or truncated step, auto-reset included): the initial carry, no
   previous action (-1, whose one-hot is all zeros) and a previous reward of 0.
   """
-  carry: Any               # pytree of [B, ...]: the network's memory (GRU state, KV cache)
-  prev_action: Array       # [B] int32   action taken at the previous step (-1: none)
-  prev_reward: Array       # [B] float32 reward of the previous step (0 at an episode start)
+  carry: Any           # pytree of [B, ...]: the network's memory (GRU state, KV cache)
+  prev_action: Array   # [B] int32   action taken at the previous step (-1: none)
+  prev_reward: Array   # [B] float32 reward of the previous step (0 at an episode start)
 
 
 @dataclasses.dataclass(frozen=True)
