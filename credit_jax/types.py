@@ -69,6 +69,12 @@ class SequencePolicy:
 
   A stateless policy is the special case that ignores and returns its carry; the engine
   keeps its cheaper `PolicyFn` path for those, so an MLP needs no carry at all.
+
+  In tree search, a node would hold, beside its environment state, the `PolicyState`
+  before acting at its observation: expanding it runs `act` once (its logits are the
+  prior, its new carry is shared by all children), child `a` gets `PolicyState(carry',
+  a, reward)` (the initial state if the step ended the episode), and a rollout from a
+  leaf continues from the leaf's state.
   """
   initial_carry: Callable[[], Any]
   draw: Callable[[PRNGKey], Any]
