@@ -13,7 +13,8 @@ Variants: none (T=64, k=2, A=2, cue_delay=16: MLP ceiling 25%; 300 updates of 32
 steps, seed 0: GRU training return 0.93 over the last 10 updates, and >= 0.88 at every
 20th update from update 60 on), "small" (T=16, k=1, A=4, cue_delay=4: MLP ceiling 25%;
 the setting of the CI learning test), "transformer" (the default task with a causal
-transformer over the episode instead of the GRU).
+transformer over the episode instead of the GRU; 400 updates, seed 0: training return
+0.92 over the last 10 updates).
 """
 import ml_collections
 
@@ -80,6 +81,8 @@ def get_config(arg=None):
     c.checkpoint_every = 100
   elif arg == "transformer":
     c.network.kind = "transformer"
+    c.lr = 1e-3                   # (3e-3: 0.77 over the last 10 of 300 updates)
+    c.total_timesteps = 819_200   # 400 updates
   elif arg:
     raise ValueError(f"unknown variant {arg!r}; use none, 'small' or 'transformer'")
   return c
