@@ -7,7 +7,8 @@ Importing credit_jax (or any of its modules) changes nothing outside it: it regi
 lowering, sets no environment variable or XLA flag and runs no JAX computation. The CPU
 fast paths are opt-in: `cj.fast_paths.enable()` (see credit_jax/fast_paths.py).
 """
-from credit_jax.types import PolicyFn, PresampledPolicy, Trajectory, to_batch_major
+from credit_jax.types import (PolicyFn, PolicyState, PresampledPolicy, SequencePolicy,
+                              Trajectory, to_batch_major)
 from credit_jax import returns
 from credit_jax.returns import discounted_returns, gae, lambda_returns, td_errors
 from credit_jax import baselines
@@ -20,7 +21,7 @@ from credit_jax import diagnostics
 from credit_jax import search
 from credit_jax.search import (SearchOutput, SearchStats, SearchTree, make_mctx_search,
                                make_search)
-from credit_jax import fast_paths, networks, algos, parallel
+from credit_jax import fast_paths, networks, sequence_networks, algos, parallel
 from credit_jax.algos import make_train
 
 __version__ = "0.1.0"

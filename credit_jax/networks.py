@@ -7,14 +7,13 @@ hyperparameters needs no framework glue. The categorical helpers work on logits 
 `ActorCritic`: MLP policy logits and an optional value head, with separate torsos
 (PureJaxRL-style, the default) or one shared torso.
 
-Memory (KeyChain with `cue_delay`): the history model is the same `ActorCritic` over a
-fixed window of the last `W` observations (`[W, *obs_shape]`, oldest first, `obs_rank`
-one higher), as produced by `credit_jax.envs.HistoryWrapper`. A window, not a
-recurrent cell, because the rollout engine calls `policy_fn(params, obs, key)` without a
-recurrent carry: the window lives in the environment state and rolls with it, so
-scanned/vmapped rollouts, auto-reset and group rollouts need nothing extra. A window of
-`W >= cue_delay + 1` observations shows the policy a KeyChain cue given `cue_delay`
-steps before its pivotal step.
+Memory (KeyChain with `cue_delay`), two ways. A fixed window: the same `ActorCritic`
+over the last `W` observations (`[W, *obs_shape]`, oldest first, `obs_rank` one higher),
+as produced by `credit_jax.envs.HistoryWrapper`; the window lives in the
+environment state, so a stateless `policy_fn(params, obs, key)` sees it, and `W >=
+cue_delay + 1` shows a cue given `cue_delay` steps before its pivotal step. Or the whole
+episode: the GRU and causal-transformer actor-critics of `credit_jax.sequence_networks`,
+whose memory the rollout engine carries (`credit_jax.types.SequencePolicy`).
 """
 from __future__ import annotations
 

@@ -17,7 +17,17 @@ Three ways to collect, all pure and jittable (wrap them in `jax.jit` with `env`,
 The policy is written for one observation, `policy_fn(params, obs, key) -> (action,
 log_prob, extras)`, and vmapped here. A `PresampledPolicy` (what
 `networks.make_policy_fn` returns) has its per-step noise drawn before the loop from the
-same keys, so the actions are those of calling it with each step's key. Per step the
+same keys, so the actions are those of calling it with each step's key.
+
+Sequence policies (`credit_jax.types.SequencePolicy`, e.g. from
+`sequence_networks.make_sequence_policy`) carry a `PolicyState` (the network's carry,
+the previous action and reward) through the scan. The engine resets it to the initial
+state right after every step that ended an episode (terminated or truncated; the
+auto-reset's new episode starts from it), so an episode never sees another's memory.
+`collect` takes the state at the start of the window and returns the one after it: the
+caller keeps the start state to replay the window's sequence in training
+(`sequence_inputs` gives the replay's per-step inputs). `collect_episodes` and
+`collect_groups` start every member from the initial state. Per step the
 engine does what a bare `lax.scan` of `env.step` must do anyway (one vmapped policy
 call, one vmapped step; the keys of all steps are split before the loop), so its
 overhead over a hand-written gymnax scan stays small; see BENCHMARKS.md ("Environment
@@ -41,7 +51,8 @@ import jax.numpy as jnp
 from gymnax.environments import environment
 
 from credit_jax.envs.base import CreditEnv, check_int
-from credit_jax.types import PolicyFn, PresampledPolicy, Trajectory
+from credit_jax.types import (PolicyFn, PolicyState, PresampledPolicy, SequencePolicy,
+                              Trajectory)
 
 _GYMNAX_INFO_FIELDS = ("final_observation", "terminated", "truncated")
 
@@ -79,26 +90,78 @@ def reset(env: Any, env_params: Any, key: jax.Array, num_envs: int
 
 
 def collect(env: Any, env_params: Any, policy_fn: PolicyFn, policy_params: Any,
-            key: jax.Array, env_state: Any, obs: Any, num_steps: int
-            ) -> Tuple[Trajectory, Tuple[Any, Any]]:
+            key: jax.Array, env_state: Any, obs: Any, num_steps: int,
+            policy_state: PolicyState = None) -> Tuple[Trajectory, Tuple[Any, ...]]:
   """Runs `num_steps` steps of a batch of auto-resetting environments.
 
   Args:
     env, env_params: a gymnax environment and its params (shared by the batch).
-    policy_fn: `(params, obs, key) -> (action [], log_prob [], extras)` for ONE obs.
+    policy_fn: `(params, obs, key) -> (action [], log_prob [], extras)` for ONE obs, or
+      a `SequencePolicy`.
     policy_params: passed unchanged to every call of `policy_fn`.
     key: PRNG key for this chunk.
     env_state: pytree with leaves [B, ...]; obs: [B, *obs_shape] (from `reset` or a
       previous `collect`).
     num_steps: T, a static Python int >= 1.
+    policy_state: required for (and only for) a `SequencePolicy`: the `PolicyState`
+      (leaves [B, ...]) at the window's start, from `initial_policy_state` or a previous
+      `collect`.
   Returns:
     traj: Trajectory with fields [T, B, ...]; `valid` all True.
-    (env_state, obs): the batch after the last step, to continue from.
+    (env_state, obs): the batch after the last step, to continue from; with a
+      `SequencePolicy`, `(env_state, obs, policy_state)`.
   """
   num_steps = check_int("num_steps", num_steps, minimum=1)
   batch = _batch_size(env_state, obs)
+  if isinstance(policy_fn, SequencePolicy):
+    if policy_state is None:
+      raise ValueError("a SequencePolicy needs the policy_state at the window's start "
+                       "(rollout.initial_policy_state(policy, B) for fresh episodes)")
+    _check_policy_state(policy_state, batch)
+  elif policy_state is not None:
+    raise ValueError("policy_state is only for a SequencePolicy; this policy has none")
   return _scan(env, env_params, policy_fn, policy_params, key, env_state, obs,
-               num_steps, batch)
+               num_steps, batch, policy_state)
+
+
+def initial_policy_state(policy: SequencePolicy, batch: int) -> PolicyState:
+  """The `PolicyState` of `batch` environments at an episode start: the policy's initial
+  carry broadcast to leaves [batch, ...], prev_action [batch] = -1 and prev_reward
+  [batch] = 0."""
+  batch = check_int("batch", batch, minimum=1)
+  carry = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch,) + jnp.shape(x)),
+                       policy.initial_carry())
+  return PolicyState(carry=carry, prev_action=jnp.full((batch,), -1, jnp.int32),
+                     prev_reward=jnp.zeros((batch,), jnp.float32))
+
+
+def sequence_inputs(traj: Trajectory, policy_state: PolicyState
+                    ) -> Tuple[jax.Array, jax.Array, jax.Array]:
+  """The per-step inputs a sequence policy saw in a `collect` window, for replaying it.
+
+  Args:
+    traj: Trajectory [T, B...] from `collect` (or `collect_episodes`/`collect_groups`).
+    policy_state: the `PolicyState` at the window's start (leaves [B..., ...]).
+  Returns:
+    prev_actions: [T, B...] int32, the action before step t (-1 at an episode start).
+    prev_rewards: [T, B...] float32, the reward before step t (0 at an episode start).
+    starts: [T, B...] bool, an episode starts at step t inside the window (the carry is
+      reset before it); False at t = 0, where `policy_state` already is the reset state.
+  """
+  dones = traj.dones
+  if jnp.shape(policy_state.prev_action) != dones.shape[1:] or \
+      jnp.shape(policy_state.prev_reward) != dones.shape[1:]:
+    raise ValueError(f"policy_state.prev_action and prev_reward must be [B...] = "
+                     f"{dones.shape[1:]}, got {jnp.shape(policy_state.prev_action)} and "
+                     f"{jnp.shape(policy_state.prev_reward)}")
+  starts = jnp.concatenate([jnp.zeros_like(dones[:1]), dones[:-1]], axis=0)
+  prev_actions = jnp.concatenate(
+      [policy_state.prev_action[None].astype(jnp.int32),
+       traj.actions[:-1].astype(jnp.int32)], axis=0)
+  prev_rewards = jnp.concatenate(
+      [policy_state.prev_reward[None].astype(jnp.float32), traj.rewards[:-1]], axis=0)
+  return (jnp.where(starts, -1, prev_actions), jnp.where(starts, 0.0, prev_rewards),
+          starts)
 
 
 def collect_episodes(env: Any, env_params: Any, policy_fn: PolicyFn,
@@ -114,7 +177,7 @@ def collect_episodes(env: Any, env_params: Any, policy_fn: PolicyFn,
   key_reset, key_run = jax.random.split(key)
   obs, env_state = reset(env, env_params, key_reset, num_envs)
   traj, _ = _scan(env, env_params, policy_fn, policy_params, key_run, env_state, obs,
-                  horizon, num_envs)
+                  horizon, num_envs, _fresh_policy_state(policy_fn, num_envs))
   return traj._replace(valid=first_episode_mask(traj.terminated, traj.truncated))
 
 
@@ -139,7 +202,7 @@ def collect_groups(env: Any, env_params: Any, policy_fn: PolicyFn, policy_params
                                 (obs, env_state))
   batch = num_tasks * group_size
   traj, _ = _scan(env, env_params, policy_fn, policy_params, key_run, env_state, obs,
-                  horizon, batch)
+                  horizon, batch, _fresh_policy_state(policy_fn, batch))
   traj = traj._replace(valid=first_episode_mask(traj.terminated, traj.truncated))
   return jax.tree.map(
       lambda x: x.reshape((horizon, num_tasks, group_size) + x.shape[2:]), traj)
@@ -195,14 +258,23 @@ def _auto_reset_keys(env):
   return None
 
 
+def _fresh_policy_state(policy_fn, batch):
+  if isinstance(policy_fn, SequencePolicy):
+    return initial_policy_state(policy_fn, batch)
+  return None
+
+
 def _scan(env, env_params, policy_fn, policy_params, key, env_state, obs, num_steps,
-          batch):
+          batch, policy_state=None):
   """The engine's one loop: vmapped policy, vmapped env.step, scanned over time."""
   step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
   # Every step's policy and env keys [T, 2, B] in one split before the loop: on CPU a
   # split inside the loop is a small loop of its own, run once per step.
   keys = jax.random.split(key, (num_steps, 2, batch))
-  if isinstance(policy_fn, PresampledPolicy):
+  if isinstance(policy_fn, SequencePolicy):
+    policy_xs = jax.vmap(jax.vmap(policy_fn.draw))(keys[:, 0])     # [T, B, ...]
+    act = jax.vmap(policy_fn.act, in_axes=(None, 0, 0, 0, 0, 0))
+  elif isinstance(policy_fn, PresampledPolicy):
     # The policy's noise for all steps from the same keys, drawn before the loop for the
     # same reason (PPO CartPole, 16 vmapped seeds, one core: 128-step rollout CPU
     # time 4.13 -> 3.82 ms, median of 20 interleaved runs).
@@ -241,6 +313,10 @@ def _scan(env, env_params, policy_fn, policy_params, key, env_state, obs, num_st
       info = {**info, "final_observation": obs_st}
       return next_obs, state, reward, terminated, truncated, info
 
+  if policy_state is not None:
+    return _sequence_scan(policy_fn, act, step, env_params, policy_params, env_state, obs,
+                          policy_state, policy_xs, env_xs, num_steps, batch)
+
   def body(carry, xs):
     env_state, obs = carry
     policy_x, env_xs = xs
@@ -260,6 +336,51 @@ def _scan(env, env_params, policy_fn, policy_params, key, env_state, obs, num_st
                     truncated=truncated, log_probs=log_prob, final_obs=final_obs,
                     valid=jnp.ones((num_steps, batch), bool), extras=extras, info=info)
   return traj, (env_state, obs)
+
+
+def _sequence_scan(policy_fn, act, step, env_params, policy_params, env_state, obs,
+                   policy_state, policy_xs, env_xs, num_steps, batch):
+  """`_scan`'s loop for a `SequencePolicy`: the `PolicyState` rides in the scan carry and
+  is reset to the initial state after every step that ended an episode."""
+  initial = initial_policy_state(policy_fn, batch)
+
+  def body(carry, xs):
+    env_state, obs, ps = carry
+    policy_x, env_xs = xs
+    new_carry, action, log_prob, extras = act(policy_params, ps.carry, obs,
+                                              ps.prev_action, ps.prev_reward, policy_x)
+    _check_policy_output(action, log_prob, batch)
+    next_obs, env_state, reward, terminated, truncated, info = step(
+        env_xs, env_state, action, env_params)
+    reward = reward.astype(jnp.float32)
+    done = jnp.logical_or(terminated, truncated)
+    ps = jax.tree.map(
+        lambda init, x: jnp.where(done.reshape((batch,) + (1,) * (x.ndim - 1)), init, x),
+        initial, PolicyState(new_carry, action.astype(jnp.int32), reward))
+    final_obs = info["final_observation"]
+    info = {k: v for k, v in info.items() if k not in _GYMNAX_INFO_FIELDS}
+    out = (obs, action, reward, terminated, truncated, log_prob.astype(jnp.float32),
+           final_obs, extras, info)
+    return (env_state, next_obs, ps), out
+
+  (env_state, obs, policy_state), out = jax.lax.scan(
+      body, (env_state, obs, policy_state), (policy_xs, env_xs))
+  obs_t, action, reward, terminated, truncated, log_prob, final_obs, extras, info = out
+  traj = Trajectory(obs=obs_t, actions=action, rewards=reward, terminated=terminated,
+                    truncated=truncated, log_probs=log_prob, final_obs=final_obs,
+                    valid=jnp.ones((num_steps, batch), bool), extras=extras, info=info)
+  return traj, (env_state, obs, policy_state)
+
+
+def _check_policy_state(policy_state, batch):
+  if not isinstance(policy_state, PolicyState):
+    raise ValueError(f"policy_state must be a PolicyState, got {type(policy_state)}")
+  bad = [jnp.shape(x) for x in jax.tree.leaves(policy_state)
+         if jnp.ndim(x) < 1 or jnp.shape(x)[0] != batch]
+  if bad or jnp.shape(policy_state.prev_action) != (batch,):
+    raise ValueError(f"policy_state leaves must be [B, ...] with B = {batch} envs and "
+                     f"prev_action/prev_reward [B]; got leaves of shapes {bad or 'ok'}, "
+                     f"prev_action {jnp.shape(policy_state.prev_action)}")
 
 
 def _check_policy_output(action, log_prob, batch):

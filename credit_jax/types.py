@@ -44,6 +44,47 @@ class PresampledPolicy:
     return self.act(params, obs, self.draw(key))
 
 
+class PolicyState(NamedTuple):
+  """What a sequence policy carries from one step to the next, for a batch `B` of envs.
+
+  The rollout engine resets it to the policy's initial state where an episode starts
+  (after a terminated or truncated step, auto-reset included): the initial carry, no
+  previous action (-1, whose one-hot is all zeros) and a previous reward of 0.
+  """
+  carry: Any           # pytree of [B, ...]: the network's memory (GRU state, KV cache)
+  prev_action: Array   # [B] int32   action taken at the previous step (-1: none)
+  prev_reward: Array   # [B] float32 reward of the previous step (0 at an episode start)
+
+
+@dataclasses.dataclass(frozen=True)
+class SequencePolicy:
+  """A policy with memory: the sequence counterpart of `PresampledPolicy`.
+
+  `initial_carry() -> carry` is the carry of one environment at an episode start (a
+  pytree of arrays, needing no params). `act(params, carry, obs, prev_action,
+  prev_reward, noise) -> (carry, action, log_prob, extras)` acts on ONE observation
+  (`prev_action: []` int32, -1 at an episode start; `prev_reward: []` float32) with the
+  noise `draw(key)` makes for one step. Calling the object,
+  `policy(params, carry, obs, prev_action, prev_reward, key)`, is `act(..., draw(key))`.
+
+  A stateless policy is the special case that ignores and returns its carry; the engine
+  keeps its cheaper `PolicyFn` path for those, so an MLP needs no carry at all.
+
+  In tree search, a node would hold, beside its environment state, the `PolicyState`
+  before acting at its observation: expanding it runs `act` once (its logits are the
+  prior, its new carry is shared by all children), child `a` gets `PolicyState(carry',
+  a, reward)` (the initial state if the step ended the episode), and a rollout from a
+  leaf continues from the leaf's state.
+  """
+  initial_carry: Callable[[], Any]
+  draw: Callable[[PRNGKey], Any]
+  act: Callable[[Params, Any, Any, Array, Array, Any], Tuple[Any, Array, Array, Any]]
+
+  def __call__(self, params: Params, carry: Any, obs: Any, prev_action: Array,
+               prev_reward: Array, key: PRNGKey) -> Tuple[Any, Array, Array, Any]:
+    return self.act(params, carry, obs, prev_action, prev_reward, self.draw(key))
+
+
 class Trajectory(NamedTuple):
   """A time-major batch of transitions, `T` steps by batch dims `B...`.
 

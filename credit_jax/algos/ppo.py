@@ -17,6 +17,10 @@ policy solved (both carry the previous value when no episode ended).
 
 Hyperparameters in `hparams` (traced, sweepable by vmap): lr, gamma, gae_lambda,
 clip_eps, ent_coef, vf_coef, max_grad_norm.
+
+`config.network.kind` picks the network: "mlp" (the default when the field is absent;
+this module), or "gru" / "transformer", sequence networks with memory of the episode,
+trained by `credit_jax.algos.ppo_sequence` (minibatches over whole environment windows).
 """
 from __future__ import annotations
 
@@ -26,9 +30,15 @@ import ml_collections
 
 import credit_jax as cj
 from credit_jax import networks, rollout
-from credit_jax.algos import common, episodes, losses
+from credit_jax.algos import common, episodes, losses, ppo_sequence
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
+NETWORK_KINDS = ("mlp", "gru", "transformer")
+
+
+def network_kind(config) -> str:
+  """`config.network.kind`, "mlp" when the config has no such field."""
+  return str(config.network.get("kind", "mlp"))
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -53,6 +63,13 @@ def default_config() -> ml_collections.ConfigDict:
   c.clip_value_loss = True        # clip the value update around the rollout's values
   c.ent_coef = 0.01               # entropy bonus weight (a traced hparam)
   c.vf_coef = 0.5                 # value loss weight (a traced hparam)
+
+  c.network.kind = "mlp"             # mlp | gru | transformer (credit_jax/sequence_networks.py)
+  c.network.gru_size = 64            # GRU state size (kind "gru")
+  c.network.d_model = 32             # transformer width (kind "transformer")
+  c.network.num_heads = 2            # transformer attention heads
+  c.network.num_layers = 1           # transformer blocks
+  c.network.max_len = 64             # transformer KV-cache slots = attention window
 
   c.chunk_updates = 61            # updates per compiled call (one progress line each)
   c.checkpoint_every = 244        # updates between checkpoints (k * chunk_updates)
@@ -83,6 +100,10 @@ def validate_fields(config) -> None:
   req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
   for f in ("ent_coef", "vf_coef"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+  kind = network_kind(config)
+  req(kind in NETWORK_KINDS, "network.kind", f"must be one of {NETWORK_KINDS}, got {kind!r}")
+  if kind != "mlp":
+    ppo_sequence.validate_config(config)
 
 
 def validate_config(config) -> None:
@@ -161,6 +182,8 @@ def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
 def make_train(config) -> common.Train:
   """`Train` for PPO on `config.env_name`; see `common.Train` for how to call it."""
   validate_config(config)
+  if network_kind(config) != "mlp":
+    return ppo_sequence.make_train(config, HPARAMS, num_updates(config))
   env, env_params = common.make_env(config)
   network, obs_shape = common.make_network(config, env, env_params, value_head=True)
   # The rollout samples actions only; values come from one pass after it.

@@ -1,0 +1,182 @@
+"""PPO with a sequence network (`config.network.kind` "gru" or "transformer").
+
+`ppo.make_train` hands configs with a sequence network here; the MLP path stays in
+`ppo.py`, untouched. What differs from it:
+
+  * the rollout carries the network's memory (`rollout.collect` with a `PolicyState`),
+    and the train state keeps the `PolicyState` at the start of the next window;
+  * values and the loss replay each environment's window from the carry stored at its
+    start (`sequence_networks.unroll`), the memory reset where an episode starts inside
+    the window; with the parameters that acted, the replay's log-probs are the
+    rollout's (up to float rounding);
+  * GAE is unchanged: a truncated step bootstraps from the value of its final
+    observation read as the next token of its episode (the memory at that step), the
+    last step from the value of the next window's first observation;
+  * minibatches split the environments, never time: each minibatch holds whole
+    `[num_steps]` sequences of `num_envs / num_minibatches` environments.
+
+Network fields (`config.network`): `kind`; GRU: `hidden_sizes` (encoder MLP),
+`gru_size`, `activation`, `shared_torso`; transformer: `d_model`, `num_heads`,
+`num_layers`, `max_len` (cache slots = attention window).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+import credit_jax as cj
+from credit_jax import networks, rollout
+from credit_jax import sequence_networks as sn
+from credit_jax.algos import common, episodes, losses
+
+
+def make_network(config, env, env_params):
+  """`(network, obs_shape)`: the sequence actor-critic `config.network` describes."""
+  net = config.network
+  obs_shape = env.observation_space(env_params).shape
+  kind = str(net.kind)
+  if kind == "gru":
+    kwargs = dict(hidden_size=int(net.get("gru_size", 64)),
+                  encoder_sizes=tuple(net.hidden_sizes), activation=net.activation,
+                  shared_torso=bool(net.shared_torso))
+  else:
+    kwargs = dict(d_model=int(net.get("d_model", 32)), num_heads=int(net.get("num_heads", 2)),
+                  num_layers=int(net.get("num_layers", 1)),
+                  max_len=int(net.get("max_len", 64)))
+  network = sn.make_sequence_network(kind, env.num_actions, obs_rank=len(obs_shape),
+                                     **kwargs)
+  return network, obs_shape
+
+
+def validate_config(config) -> None:
+  """The sequence-network fields; raises `ConfigError` naming the field."""
+  req = common.require
+  net = config.network
+  req(config.num_envs % config.num_minibatches == 0, "num_minibatches",
+      f"a sequence network splits minibatches over environments: num_envs="
+      f"{config.num_envs} is not divisible by num_minibatches={config.num_minibatches}")
+  for f, default in (("gru_size", 64), ("d_model", 32), ("num_heads", 2),
+                     ("num_layers", 1), ("max_len", 64)):
+    req(int(net.get(f, default)) >= 1, f"network.{f}", f"must be >= 1, got {net.get(f)}")
+  req(int(net.get("d_model", 32)) % int(net.get("num_heads", 2)) == 0, "network.d_model",
+      f"must be divisible by network.num_heads={net.get('num_heads', 2)}")
+
+
+def _loss(network, clip_value, params, mb, hp):
+  """PPO's loss on a minibatch of whole sequences `[E, T, ...]` (E environments)."""
+  logits, values, _ = jax.vmap(
+      lambda c, o, pa, pr, s: sn.unroll(network, params, c, o, pa, pr, s))(
+          mb["carry"], mb["obs"], mb["prev_actions"], mb["prev_rewards"], mb["starts"])
+  log_probs = networks.categorical_log_prob(logits, mb["actions"])
+  adv = mb["advantages"]
+  adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+  pg, clipped, approx_kl = losses.clipped_surrogate(log_probs, mb["log_probs"], adv,
+                                                    hp["clip_eps"])
+  v_loss = losses.value_loss(values, mb["targets"], mb["values"],
+                             hp["clip_eps"] if clip_value else None)
+  entropy = networks.categorical_entropy(logits).mean()
+  loss = pg.mean() + hp["vf_coef"] * v_loss.mean() - hp["ent_coef"] * entropy
+  return loss, {"policy_loss": pg.mean(), "value_loss": v_loss.mean(),
+                "entropy": entropy, "approx_kl": approx_kl.mean(),
+                "clip_frac": clipped.mean()}
+
+
+def values_and_advantages(network, params, traj, start_state, next_obs, next_state,
+                          gamma, gae_lambda, method="auto"):
+  """Values (replayed from the window's stored carry) and GAE with boundaries as data.
+
+  Args:
+    traj: Trajectory [T, B] from `rollout.collect` with a sequence policy.
+    start_state: `PolicyState` (leaves [B, ...]) the window started from.
+    next_obs: [B, *obs_shape] and next_state: `PolicyState` after the window.
+  Returns:
+    `(advantages [T, B], values [T, B], inputs)`: `inputs` are
+    `rollout.sequence_inputs(traj, start_state)` for replaying the window.
+  """
+  num_steps, batch = traj.rewards.shape
+  if jnp.shape(next_obs)[:1] != (batch,):
+    raise ValueError(f"next_obs must be [B, ...] with B = {batch}, got {jnp.shape(next_obs)}")
+  inputs = rollout.sequence_inputs(traj, start_state)
+  replay = jax.vmap(lambda c, o, pa, pr, s, fo, a, r: sn.unroll(
+      network, params, c, o, pa, pr, s, (fo, a, r)), in_axes=(0,) + (1,) * 7,
+                    out_axes=1)
+  _, values, final_values = replay(start_state.carry, traj.obs, *inputs, traj.final_obs,
+                                   traj.actions, traj.rewards)               # [T, B]
+  _, _, next_values = jax.vmap(lambda c, o, a, r: network.apply(
+      params, c, o, a, r, method="step"))(next_state.carry, next_obs,
+                                          next_state.prev_action, next_state.prev_reward)
+  values_tp1 = jnp.concatenate([values, next_values[None]], axis=0)      # [T + 1, B]
+  advantages = cj.gae(traj.rewards, jnp.full_like(traj.rewards, gamma), values_tp1,
+                      gae_lambda, terminated=traj.terminated, truncated=traj.truncated,
+                      final_values=final_values, method=method)
+  return advantages, values, inputs
+
+
+def make_train(config, hparam_names, n_updates: int) -> common.Train:
+  """`Train` for PPO with a sequence network; `ppo.make_train` calls it."""
+  validate_config(config)
+  env, env_params = common.make_env(config)
+  network, obs_shape = make_network(config, env, env_params)
+  policy = sn.make_sequence_policy(network, value=False)
+  num_envs, num_steps = int(config.num_envs), int(config.num_steps)
+  n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
+  optimizer = common.make_optimizer(config)
+  with_success = episodes.has_success(config)
+  clip_value = bool(config.clip_value_loss)
+  gae_method = str(config.gae_method)
+
+  def init_fn(key, hp):
+    k_params, k_env, k_run = jax.random.split(key, 3)
+    params = sn.init_params(network, k_params, obs_shape)
+    opt_state = optimizer.init(params, hp["max_grad_norm"])
+    obs, env_state = rollout.reset(env, env_params, k_env, num_envs)
+    aux = {"env_state": env_state, "obs": obs,
+           "policy_state": rollout.initial_policy_state(policy, num_envs),
+           "running_return": jnp.zeros((num_envs,), jnp.float32),
+           "last_return": jnp.zeros((), jnp.float32)}
+    if with_success:
+      aux.update(running_hits=jnp.zeros((num_envs,), jnp.float32),
+                 last_success=jnp.zeros((), jnp.float32))
+    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
+                             update=jnp.zeros((), jnp.int32), aux=aux)
+
+  def update_fn(state, hp):
+    key, k_roll, k_perm = jax.random.split(state.key, 3)
+    params, aux = state.params, state.aux
+    start_state = aux["policy_state"]
+    traj, (env_state, obs, policy_state) = rollout.collect(
+        env, env_params, policy, params, k_roll, aux["env_state"], aux["obs"], num_steps,
+        policy_state=start_state)
+    advantages, values, (prev_a, prev_r, starts) = values_and_advantages(
+        network, params, traj, start_state, obs, policy_state, hp["gamma"],
+        hp["gae_lambda"], gae_method)
+    batch_major = lambda x: jnp.swapaxes(x, 0, 1)                 # [T, B] -> [B, T]
+    data = {"obs": traj.obs, "prev_actions": prev_a, "prev_rewards": prev_r,
+            "starts": starts, "actions": traj.actions, "log_probs": traj.log_probs,
+            "values": values, "advantages": advantages, "targets": advantages + values}
+    data = jax.tree.map(batch_major, data)
+    data["carry"] = start_state.carry                             # leaves [B, ...]
+    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    params, opt_state, metrics = common.minibatch_epochs(
+        lambda p, mb: _loss(network, clip_value, p, mb, hp), params, state.opt_state,
+        data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=0, lr=lr,
+        max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
+    running, mean_return, num_episodes = episodes.continuing_episode_stats(
+        traj.rewards, traj.dones, aux["running_return"], aux["last_return"])
+    metrics.update({"return": mean_return, "episodes": num_episodes, "lr": lr,
+                    "value_mean": values.mean(), "advantage_std": advantages.std()})
+    aux = {"env_state": env_state, "obs": obs, "policy_state": policy_state,
+           "running_return": running, "last_return": mean_return}
+    if with_success:   # the sampled policy's episodes, as PPO's MLP path reports it
+      hits, success = episodes.continuing_episode_success(
+          traj.rewards, traj.dones, aux["running_hits"], aux["last_success"])
+      metrics["success"] = success
+      aux.update(running_hits=hits, last_success=success)
+    return common.TrainState(params=params, opt_state=opt_state, key=key,
+                             update=state.update + 1, aux=aux), metrics
+
+  return common.Train(
+      config=config, init_fn=init_fn, update_fn=update_fn,
+      default_hparams={k: config[k] for k in hparam_names}, num_updates=n_updates,
+      env_steps_per_update=num_envs * num_steps,
+      headline=("success", "return") if with_success else ("return", "entropy"))
