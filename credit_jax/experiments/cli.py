@@ -9,16 +9,24 @@ scripts/<name>.py is
 and runs as `python3 scripts/<name>.py --config=configs/<name>.py[:variant]
 --workdir=DIR [--config.<field>=VALUE ...]`. A config that cannot run stops before any
 computation with `error: config.<field>: ...` and exit status 2.
+
+Like scripts/train.py, the main turns `credit_jax.fast_paths` on when JAX runs on a CPU
+(`--nofast_paths`: off; the figures in the README were made with them on), and arms a
+watchdog (credit_jax/watchdog.py): an experiment logs a line after each compiled cell,
+and if no line comes for `--watchdog_first_s` seconds at the start, or later for the
+larger of `--watchdog_floor_s` and 10x the longest gap so far, the process prints every
+thread's stack and the XLA setting to try, and exits with status 4 instead of hanging.
 """
 from __future__ import annotations
 
 import sys
+import time
 from types import ModuleType
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from credit_jax import launch
+from credit_jax import launch, watchdog
 from credit_jax.algos import ConfigError
 
 
@@ -33,6 +41,16 @@ def main(experiment: ModuleType) -> None:
       "config", None, f"Config file with a variant: configs/{name}.py[:variant].")
   workdir_flag = flags.DEFINE_string(
       "workdir", None, "Directory for metrics, figures, summary.json and summary.md.")
+  fast_flag = flags.DEFINE_bool(
+      "fast_paths", None, "credit_jax.fast_paths, CPU speed-ups (see that module); default "
+      "on when JAX runs on a CPU, --nofast_paths: off.")
+  first_flag = flags.DEFINE_float(
+      "watchdog_first_s", 1800.0, "Seconds until the first logged line (compilation "
+      "included) before the run is presumed hung; 0 turns the watchdog off.",
+      lower_bound=0.0)
+  floor_flag = flags.DEFINE_float(
+      "watchdog_floor_s", 900.0, "Least seconds allowed between later logged lines (also "
+      "10x the longest gap so far) before the run is presumed hung.", lower_bound=1.0)
   flags.mark_flags_as_required(["config", "workdir"])
 
   def _main(argv):
@@ -41,8 +59,26 @@ def main(experiment: ModuleType) -> None:
     config = config_flag.value
     # Before any JAX computation: XLA reads its flags when the backend starts.
     launch.configure_process(num_seeds=experiment.num_seeds(config))
+    import jax  # pylint: disable=g-import-not-at-top
+    from credit_jax import fast_paths  # pylint: disable=g-import-not-at-top
+    fast = fast_flag.value
+    fast_paths.set_enabled(jax.default_backend() == "cpu" if fast is None else fast)
+    dog = watchdog.Watchdog(
+        watchdog.WatchdogOptions(first_s=first_flag.value, floor_s=floor_flag.value),
+        describe=lambda: (f"{name} in {workdir_flag.value}: rerun the same command "
+                          f"(finished parts are not saved between cells)."),
+        advice=launch.hang_advice)
+    last = [time.monotonic()]
+
+    def log(line: str) -> None:
+      print(line, flush=True)
+      now = time.monotonic()
+      dog.chunk_done(now - last[0])
+      last[0] = now
+
     try:
-      experiment.run(config, workdir_flag.value, log=print)   # validates first
+      with dog:
+        experiment.run(config, workdir_flag.value, log=log)   # validates first
     except ConfigError as e:
       print(f"error: {e}", file=sys.stderr)
       sys.exit(2)
