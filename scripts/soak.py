@@ -8,7 +8,8 @@ shared machine falls on every setting alike). A run is a *hang* when it exceeds
 row (the XLA CPU wedge: every thread parked in a futex wait); a hung run's Python stacks
 are dumped (SIGABRT -> faulthandler, when the program enabled it) and its process group
 is killed. A run that exits non-zero is *failed*. At the end it prints, per setting, the
-counts (finished / hung / failed) and the wall time of the finished runs.
+counts (finished / hung / failed), and the wall and CPU time of the finished runs (on a
+shared machine the CPU time is the steadier measure of a setting's cost).
 
   # the part of scripts/hindsight.py that hung (GRPO relabeling, part b)
   nice -n 5 python3 scripts/soak.py --runs=20 --settings=default,sched_off \\
@@ -35,6 +36,7 @@ import argparse
 import collections
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -72,6 +74,7 @@ def run_once(argv: List[str], xla_flags: str, timeout: float, idle: float,
   """Runs `argv` with XLA_FLAGS=`xla_flags`; returns {status, wall, cpu, reason}."""
   env = dict(os.environ, XLA_FLAGS=xla_flags, PYTHONFAULTHANDLER="1")
   env.setdefault("JAX_PLATFORMS", "cpu")
+  before = resource.getrusage(resource.RUSAGE_CHILDREN)
   t0 = time.monotonic()
   with open(out_path, "w") as out:
     proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -96,8 +99,10 @@ def run_once(argv: List[str], xla_flags: str, timeout: float, idle: float,
   wall = time.monotonic() - t0
   if status == "hung":
     _kill(proc)
+  after = resource.getrusage(resource.RUSAGE_CHILDREN)   # the whole run, once reaped
+  cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
   return {"status": status, "wall": round(wall, 1),
-          "cpu": None if cpu is None else round(cpu, 1), "reason": reason}
+          "cpu": round(cpu, 1), "reason": reason}
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -120,14 +125,17 @@ def summarize(records: List[dict]) -> str:
   for r in records:
     by.setdefault(r["setting"], []).append(r)
   lines = ["| setting | XLA_FLAGS | runs | finished | hung | failed | wall s (median, "
-           "min-max, finished) |", "|---|---|---|---|---|---|---|"]
+           "min-max, finished) | CPU s (median, finished) |",
+           "|---|---|---|---|---|---|---|---|"]
   for name, rs in by.items():
     counts = collections.Counter(r["status"] for r in rs)
     walls = [r["wall"] for r in rs if r["status"] == "finished"]
+    cpus = [r["cpu"] for r in rs if r["status"] == "finished" and r["cpu"] is not None]
     wall = (f"{statistics.median(walls):.0f} ({min(walls):.0f}-{max(walls):.0f})"
             if walls else "-")
+    cpu = f"{statistics.median(cpus):.0f}" if cpus else "-"
     lines.append(f"| {name} | `{rs[0]['xla_flags']}` | {len(rs)} | {counts['finished']} | "
-                 f"{counts['hung']} | {counts['failed']} | {wall} |")
+                 f"{counts['hung']} | {counts['failed']} | {wall} | {cpu} |")
   return "\n".join(lines)
 
 
