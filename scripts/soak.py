@@ -134,8 +134,9 @@ def summarize(records: List[dict]) -> str:
     wall = (f"{statistics.median(walls):.0f} ({min(walls):.0f}-{max(walls):.0f})"
             if walls else "-")
     cpu = f"{statistics.median(cpus):.0f}" if cpus else "-"
-    lines.append(f"| {name} | `{rs[0]['xla_flags']}` | {len(rs)} | {counts['finished']} | "
-                 f"{counts['hung']} | {counts['failed']} | {wall} | {cpu} |")
+    lines.append(f"| {name} | `{rs[0]['xla_flags']}` | {len(rs)} | "
+                 f"{counts['finished']} | {counts['hung']} | {counts['failed']} | {wall} | "
+                 f"{cpu} |")
   return "\n".join(lines)
 
 
@@ -224,7 +225,8 @@ def main(args: Optional[List[str]] = None) -> int:
   records: List[dict] = []
   if a.log and os.path.exists(a.log):    # earlier records of the same program count too
     with open(a.log) as f:
-      records = [r for r in map(json.loads, filter(str.strip, f)) if r["program"] == label]
+      records = [r for r in map(json.loads, filter(str.strip, f))
+                 if r["program"] == label]
   print(f"soak: {' '.join(program)}\n  outputs in {outdir}", flush=True)
   for i in range(a.runs):
     for name, flags in settings.items():

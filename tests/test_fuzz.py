@@ -159,7 +159,8 @@ BAD_ESTIMATOR_INPUTS = [
     ("terminated", np.zeros((3, 3), bool)), ("terminated", np.zeros((2, 2), bool)),
     ("terminated", [[False] * 2] * 3),
     ("truncated", np.zeros((3,), bool)),
-    ("final_values", np.zeros((3, 2), np.int32)), ("final_values", np.zeros((3,), np.float32)),
+    ("final_values", np.zeros((3, 2), np.int32)),
+    ("final_values", np.zeros((3,), np.float32)),
 ]
 ESTIMATORS = ("gae", "lambda_returns", "td_errors", "discounted_returns")
 
