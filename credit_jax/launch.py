@@ -35,7 +35,7 @@ from typing import List, MutableMapping, Optional, Sequence, Tuple
 # pool off. The wedge was seen once each in scripts/hindsight.py part b (GRPO cell) and
 # with 16 vmapped PPO seeds; reruns with one of the two off finished (issue 23; other
 # projects saw eigen=false remove it: 12 passes / 0 hangs against 2 / 14). Our soak
-# (scripts/soak.py, BUILD.md "Hang soak", jaxlib 0.10.2, 2 cores) saw 0 wedges in 3
+# (scripts/soak.py, BUILD.md "Hang soak", jaxlib 0.10.2, 2 cores) saw 0 wedges in 11
 # default runs, so it cannot say which flag is needed; with both off, 20 of 20 runs of
 # hindsight.py part b and 20 of 20 16-seed PPO runs finished, none hung. CPU time per
 # run was the same with and without them (within the noise).
