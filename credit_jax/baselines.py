@@ -66,6 +66,11 @@ def group_advantages(rewards: Any, kind: str = "grpo",
     (advantages [..., K] float, degenerate [...] bool). A degenerate group (all K
     rewards equal) has advantages exactly 0.
 
+  Rewards are not checked for NaN/inf (that would cost a device sync): in a group with
+  a NaN reward, or an inf among finite rewards, every advantage is non-finite (NaN or
+  +-inf) and the group is not degenerate; other groups are unaffected. Finite rewards up
+  to 1e30 in magnitude give finite advantages (tests/test_fuzz.py).
+
   Raises:
     ValueError: for an unknown kind, K < 2, non-float rewards, or a negative eps.
   """
@@ -88,12 +93,18 @@ def _group_advantages_impl(rewards, eps, kind):
   degenerate = jnp.max(rewards, axis=-1) == jnp.min(rewards, axis=-1)
   mean = jnp.mean(rewards, axis=-1, keepdims=True)
   if kind == "grpo":
-    var = jnp.sum((rewards - mean) ** 2, axis=-1, keepdims=True) / (num - 1)
-    # A degenerate group takes the sqrt of 1 instead of 0 and divides by 1 + eps: its
-    # result is replaced below anyway, and this keeps the inf of sqrt'(0) and the 0/0 of
-    # eps = 0 out of the gradients as well as the values.
+    # std = scale * sqrt(sum((d / scale)^2) / (K - 1)) with scale = max |d|: the same
+    # value, but the squares cannot overflow (float32 squares overflow above ~1e19).
+    # The scale is a constant for the gradient (the std does not depend on it).
+    dev = rewards - mean
+    scale = jax.lax.stop_gradient(jnp.max(jnp.abs(dev), axis=-1, keepdims=True))
+    # A degenerate group takes scale 1 and the sqrt of 1 instead of 0: its result is
+    # replaced below anyway, and this keeps the inf of sqrt'(0), the 0/0 of eps = 0 and
+    # of d / scale out of the gradients as well as the values.
+    scale = jnp.where(degenerate[..., None], jnp.ones((), scale.dtype), scale)
+    var = jnp.sum((dev / scale) ** 2, axis=-1, keepdims=True) / (num - 1)
     var = jnp.where(degenerate[..., None], jnp.ones((), var.dtype), var)
-    adv = (rewards - mean) / (jnp.sqrt(var) + eps)
+    adv = dev / (scale * jnp.sqrt(var) + eps)
   elif kind == "rloo":
     others = (jnp.sum(rewards, axis=-1, keepdims=True) - rewards) / (num - 1)
     adv = rewards - others
@@ -122,7 +133,8 @@ class RunningBaseline(NamedTuple):
 
 def running_baseline_init(num_tasks: int) -> RunningBaseline:
   """A baseline of 0 with no rewards seen, for tasks `0 .. num_tasks - 1`."""
-  if not isinstance(num_tasks, (int, np.integer)) or num_tasks < 1:
+  if (isinstance(num_tasks, bool) or not isinstance(num_tasks, (int, np.integer))
+      or num_tasks < 1):
     raise ValueError(f"num_tasks must be a positive int, got {num_tasks!r}")
   return RunningBaseline(mean=jnp.zeros((num_tasks,), jnp.float32),
                          count=jnp.zeros((num_tasks,), jnp.int32))
@@ -154,11 +166,14 @@ def running_baseline_update(state: RunningBaseline, task_ids: Any, rewards: Any,
     state: the current `RunningBaseline`.
     task_ids: [...] int in [0, num_tasks), the task of each reward.
     rewards: [...] float, same shape as `task_ids`.
-    decay: [] float in [0, 1), the EMA decay per reward once warmed up (may be traced).
+    decay: [] float in [0, 1], the EMA decay per reward once warmed up (may be traced;
+      1 keeps the plain sample mean of every reward seen).
 
   Returns:
     The new state: tasks absent from the batch are unchanged; a task with n rewards in
-    the batch moves toward their mean by `max(1 - decay, n / count_after)`.
+    the batch moves toward their mean by `max(1 - decay, n / count_after)`. Rewards are
+    not checked for NaN/inf: a non-finite reward makes its own task's mean non-finite
+    for good, other tasks are unaffected. An empty batch changes nothing.
   """
   _check_batch(state, task_ids, rewards)
   _check_concrete_range("decay", decay, 0.0, 1.0)

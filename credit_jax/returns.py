@@ -19,6 +19,16 @@ so a terminated step does not bootstrap, a truncated step bootstraps from the va
 its final observation, and no credit crosses either boundary. Without boundary arrays
 the results equal rlax's single-episode functions.
 
+Bad input (tests/test_fuzz.py): wrong ranks, shapes or dtypes (integer or bool rewards,
+values or discounts), T = 0, and concrete discounts or lambda_ outside [0, 1] (NaN
+included) raise ValueError naming the argument before anything is traced. Values are
+not checked for NaN/inf (that would cost a device sync): a non-finite reward, value or
+final value at step t of one batch element reaches only that element's results, and only
+at steps <= t (values[t] at steps t - 1 and t); a final value is read only where
+`truncated` is set, so a NaN elsewhere has no effect. Float inputs are computed in at
+least float32 (float64 only when jax's x64 mode is on); any trailing batch size,
+0 included, works.
+
 Two solvers compute the same recurrence (`method=`):
   "scan":        a reverse `lax.scan`, one step per time index. The output buffer is
                  filled with `x` first and overwritten in place, so no other [T, ...]
@@ -132,15 +142,21 @@ def _check_values(values: ArrayLike, shape: Tuple[int, ...]) -> None:
                      f"more step, to bootstrap the last), got {_shape(values)}")
 
 
+def _check_unit_interval(name: str, x: ArrayLike) -> None:
+  """Concrete `x` lies in [0, 1] (NaN does not); traced values are the caller's."""
+  if isinstance(x, jax.core.Tracer):
+    return
+  values = np.asarray(x)
+  inside = (values >= 0.0) & (values <= 1.0)
+  if not np.all(inside):
+    bad = values[~inside] if values.ndim else values
+    raise ValueError(f"{name} must lie in [0, 1], got {np.ravel(bad)[:4]} "
+                     f"(shape {values.shape})")
+
+
 def _check_lambda(lambda_: ArrayLike, shape: Tuple[int, ...]) -> None:
   _check_per_step("lambda_", lambda_, shape)
-  if isinstance(lambda_, jax.core.Tracer):
-    return  # Only concrete values can be range-checked; traced ones are the caller's.
-  lam = np.asarray(lambda_)
-  if not np.all((lam >= 0.0) & (lam <= 1.0)):
-    bad = lam[~((lam >= 0.0) & (lam <= 1.0))] if lam.ndim else lam
-    raise ValueError(f"lambda_ must lie in [0, 1], got {np.ravel(bad)[:4]} "
-                     f"(shape {lam.shape})")
+  _check_unit_interval("lambda_", lambda_)
 
 
 def _check_boundaries(shape, terminated, truncated, final_values) -> None:
@@ -166,6 +182,7 @@ def _check_boundaries(shape, terminated, truncated, final_values) -> None:
 def _check_common(rewards, discounts, terminated, truncated, final_values, method):
   shape = _check_rewards(rewards)
   _check_per_step("discounts", discounts, shape)
+  _check_unit_interval("discounts", discounts)
   _check_boundaries(shape, terminated, truncated, final_values)
   if method not in METHODS:
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")

@@ -22,7 +22,7 @@ from typing import Any, Dict, Tuple
 
 import gymnax
 
-from credit_jax.envs.base import CreditEnv, check_param_range
+from credit_jax.envs.base import CreditEnv, check_param_range, check_step_limit
 from credit_jax.envs.bitflip import BitFlip
 from credit_jax.envs.goal import GoalEnvMixin
 from credit_jax.envs.goalgrid import GoalGrid
@@ -90,7 +90,7 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
     env, params = gymnax.make(name, **static)
     params = params.replace(**param_overrides)
     if "max_steps_in_episode" in param_overrides:
-      check_param_range("max_steps_in_episode", params.max_steps_in_episode, 1)
+      check_step_limit(params.max_steps_in_episode)
   return env, params
 
 

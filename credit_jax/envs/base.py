@@ -28,6 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import environment, spaces
 
+# Largest step limit: the episode's step counter `time` is an int32.
+MAX_STEPS = 2 ** 31 - 1
+
 
 class CreditEnv(environment.Environment):
   """gymnax `Environment` whose time limit never overlaps a natural termination.
@@ -77,7 +80,12 @@ class CreditEnv(environment.Environment):
 
   def validate_params(self, params: Any) -> None:
     """Raises ValueError naming the field when concrete `params` are impossible."""
-    check_param_range("max_steps_in_episode", params.max_steps_in_episode, 1)
+    check_step_limit(params.max_steps_in_episode)
+
+
+def check_step_limit(value: Any) -> None:
+  """`max_steps_in_episode` must be a whole number in [1, MAX_STEPS] (an int32 count)."""
+  check_param_range("max_steps_in_episode", value, 1, MAX_STEPS, integral=True)
 
 
 def check_int(name: str, value: Any, *, minimum: int | None = None,
@@ -98,16 +106,22 @@ def check_int(name: str, value: Any, *, minimum: int | None = None,
 
 
 def check_param_range(name: str, value: Any, low: float,
-                      high: float = float("inf")) -> None:
+                      high: float = float("inf"), *, integral: bool = False) -> None:
   """Raises ValueError naming `name` unless concrete `value` (any shape) is in [low, high].
 
-  Params may be batched for a sweep, so every element is checked; traced values (a
-  sweep built inside jit) cannot be inspected and are left to the caller.
+  NaN is outside every range. With `integral`, every element must also be a whole
+  number. Params may be batched for a sweep, so every element is checked; traced values
+  (a sweep built inside jit) cannot be inspected and are left to the caller.
   """
   if isinstance(value, jax.core.Tracer):
     return
-  values = np.asarray(value)
+  try:
+    values = np.asarray(value)
+  except (TypeError, ValueError) as error:      # ragged sequences and the like
+    raise ValueError(f"{name} must be numeric, got {value!r}") from error
   if values.dtype == bool or not np.issubdtype(values.dtype, np.number):
     raise ValueError(f"{name} must be numeric, got {value!r}")
-  if np.any(values < low) or np.any(values > high):
+  if not np.all((values >= low) & (values <= high)):   # False for NaN
     raise ValueError(f"{name} must lie in [{low}, {high}], got {value!r}")
+  if integral and not np.all(values == np.round(values)):
+    raise ValueError(f"{name} must be a whole number, got {value!r}")

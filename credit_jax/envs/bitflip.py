@@ -49,7 +49,8 @@ class BitFlip(goal.GoalEnvMixin, base.CreditEnv):
 
   def __init__(self, num_bits: int = 10):
     super().__init__()
-    self.num_bits = base.check_int("num_bits", num_bits, minimum=1)
+    self.num_bits = base.check_int("num_bits", num_bits, minimum=1,
+                                   maximum=base.MAX_STEPS)
     self.goal_shape = (self.num_bits,)
     self.goal_obs_size = self.num_bits
     self.obs_shape = (2 * self.num_bits,)

@@ -22,6 +22,7 @@ slip replaces it), so it can never reach a goal by itself.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Dict, Sequence, Tuple
 
 import jax
@@ -55,7 +56,8 @@ class GoalGrid(goal.GoalEnvMixin, base.CreditEnv):
   def __init__(self, size: int = 7,
                targets: Sequence[Sequence[int]] | str | None = None):
     super().__init__()
-    self.size = base.check_int("size", size, minimum=2)
+    # Cells are numbered in int32 and the limit is 3 * size steps.
+    self.size = base.check_int("size", size, minimum=2, maximum=46340)
     if targets is None:
       last = self.size - 1
       targets = ((0, 0), (0, last), (last, 0), (last, last))
@@ -65,7 +67,7 @@ class GoalGrid(goal.GoalEnvMixin, base.CreditEnv):
                          f"got {targets!r}")
       targets = [(r, c) for r in range(self.size) for c in range(self.size)]
     try:
-      cells = [tuple(int(v) for v in cell) for cell in targets]
+      cells = [tuple(operator.index(v) for v in cell) for cell in targets]  # no floats
     except (TypeError, ValueError) as error:
       raise ValueError(f"targets must be a sequence of (row, col) pairs, got "
                        f"{targets!r}") from error

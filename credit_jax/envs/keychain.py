@@ -77,7 +77,8 @@ class KeyChain(base.CreditEnv):
   def __init__(self, horizon: int = 100, num_pivotal: int = 3, num_actions: int = 4,
                cue_delay: int = 0, positions: str = "random"):
     super().__init__()
-    self.horizon = base.check_int("horizon", horizon, minimum=1)
+    self.horizon = base.check_int("horizon", horizon, minimum=1,
+                                  maximum=base.MAX_STEPS)
     self.num_pivotal = base.check_int("num_pivotal", num_pivotal, minimum=1,
                                       maximum=self.horizon)
     self._num_actions = base.check_int("num_actions", num_actions, minimum=2)

@@ -73,7 +73,8 @@ class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
     if goal_edits not in GOAL_EDITS:
       raise ValueError(f"goal_edits must be one of {GOAL_EDITS}, got {goal_edits!r}")
     self.goal_edits = goal_edits
-    self.buffer_len = base.check_int("buffer_len", buffer_len, minimum=1)
+    self.buffer_len = base.check_int("buffer_len", buffer_len, minimum=1,
+                                     maximum=base.MAX_STEPS // 4)  # limit 4 * len
     self.vocab_size = base.check_int("vocab_size", vocab_size, minimum=2)
     self.start_len = base.check_int("start_len", start_len, minimum=0,
                                     maximum=self.buffer_len)
