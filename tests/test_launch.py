@@ -17,6 +17,8 @@ from credit_jax.algos import common
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
 SCHEDULER = "xla_cpu_enable_concurrency_optimized_scheduler"
+EIGEN = "xla_cpu_multi_thread_eigen"
+FLAGS_0_10 = [f"--{SCHEDULER}=false", f"--{EIGEN}=false"]   # launch._CPU_FLAGS[(0, 10)]
 
 
 # --- XLA flags -----------------------------------------------------------------------------
@@ -24,10 +26,11 @@ SCHEDULER = "xla_cpu_enable_concurrency_optimized_scheduler"
 def test_flags_added_once_for_multi_seed_runs_on_known_jaxlib():
   env = {"XLA_FLAGS": "--xla_dump_to=/tmp/x"}
   added = launch.configure_process(16, environ=env, version=(0, 10))
-  assert added == [f"--{SCHEDULER}=false"]
-  assert env["XLA_FLAGS"].split() == ["--xla_dump_to=/tmp/x", f"--{SCHEDULER}=false"]
+  assert added == FLAGS_0_10
+  assert env["XLA_FLAGS"].split() == ["--xla_dump_to=/tmp/x"] + FLAGS_0_10
   assert launch.configure_process(16, environ=env, version=(0, 10)) == []   # no duplicate
   assert env["XLA_FLAGS"].count(SCHEDULER) == 1
+  assert env["XLA_FLAGS"].count(EIGEN) == 1
 
 
 @pytest.mark.parametrize("seeds,version", [(1, (0, 10)), (16, (0, 11)), (16, (0, 12)),
@@ -42,17 +45,21 @@ def test_flags_left_out_for_one_seed_or_unknown_jaxlib(seeds, version, monkeypat
 
 def test_user_setting_is_respected_and_bad_seeds_rejected():
   env = {"XLA_FLAGS": f"--{SCHEDULER}=true"}
+  # The user's scheduler setting is kept; only the flag they did not name is added.
+  assert launch.configure_process(16, environ=env, version=(0, 10)) == [f"--{EIGEN}=false"]
+  assert env["XLA_FLAGS"] == f"--{SCHEDULER}=true --{EIGEN}=false"
+  env = {"XLA_FLAGS": f"--{SCHEDULER}=true --{EIGEN}=true"}
   assert launch.configure_process(16, environ=env, version=(0, 10)) == []
-  assert env["XLA_FLAGS"] == f"--{SCHEDULER}=true"
+  assert env["XLA_FLAGS"] == f"--{SCHEDULER}=true --{EIGEN}=true"
   for bad in (0, -2, 2.0, True, "4"):
     with pytest.raises(ValueError, match="num_seeds"):
       launch.xla_flags_for(bad, (0, 10))
 
 
 def test_hang_advice_names_the_missing_setting_or_says_it_is_set():
-  flag = f"--{SCHEDULER}=false"
-  assert flag in launch.hang_advice((0, 10), {"XLA_FLAGS": ""})
-  assert "already holds" in launch.hang_advice((0, 10), {"XLA_FLAGS": flag})
+  for flag in FLAGS_0_10:
+    assert flag in launch.hang_advice((0, 10), {"XLA_FLAGS": ""})
+  assert "already holds" in launch.hang_advice((0, 10), {"XLA_FLAGS": " ".join(FLAGS_0_10)})
   assert "knows no XLA setting" in launch.hang_advice((0, 99), {})
 
 
