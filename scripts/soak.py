@@ -14,7 +14,7 @@ shared machine the CPU time is the steadier measure of a setting's cost).
   # the part of scripts/hindsight.py that hung (GRPO relabeling, part b)
   nice -n 5 python3 scripts/soak.py --runs=20 --settings=default,sched_off \\
       --log=/tmp/soak_b.jsonl -- \\
-      scripts/hindsight.py --config=configs/hindsight.py --parts=b --workdir={workdir}
+      scripts/hindsight.py --config=configs/hindsight.py --config.parts=b --workdir={workdir}
   # a 16-seed PPO run
   nice -n 5 python3 scripts/soak.py --runs=20 --settings=default,eigen_off -- \\
       scripts/train.py --config=configs/ppo_cartpole.py --config.seeds=16 \\
@@ -26,7 +26,7 @@ calls) is built in: `... -- scripts/soak.py grpo_cell --reps=10 --updates=30`.
 `{workdir}` in the program's arguments becomes a fresh directory per run. A program
 path ending in `.py` runs under this Python. Every setting names both flags explicitly
 (also the defaults), so that entry points that add flags only when XLA_FLAGS does not
-name them already (credit_jax/launch.py, scripts/xla_cpu_flags.py) leave it alone.
+name them already (credit_jax/launch.py) leave it alone.
 CPU time is read from /proc/<pid>/stat of the process and its threads (Linux); without
 /proc only `--timeout` detects hangs.
 """
