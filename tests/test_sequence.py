@@ -5,6 +5,7 @@ import os
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -274,10 +275,12 @@ def test_mlp_kind_is_the_unchanged_mlp_path():
   # config before sequence networks): the existing PPO tests cover its numbers.
   c = load_config("ppo_cartpole", "small")
   c.total_timesteps = 2 * c.num_envs * c.num_steps
-  assert "kind" not in c.network and ppo.network_kind(c) == "mlp"
+  assert c.network.kind == "mlp"                      # PPO's default_config names it
+  old = ml_collections.ConfigDict(c.to_dict())        # a config from before the field
+  del old.network["kind"]
+  assert "kind" not in old.network and ppo.network_kind(old) == "mlp"
   key = jax.random.PRNGKey(0)
-  default = str(jax.make_jaxpr(algos.make_train(c))(key))
-  c.network.kind = "mlp"
+  default = str(jax.make_jaxpr(algos.make_train(old))(key))
   assert str(jax.make_jaxpr(algos.make_train(c))(key)) == default
   assert len(default) > 1000
 

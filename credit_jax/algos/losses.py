@@ -12,6 +12,8 @@ from typing import Tuple
 import jax
 import jax.numpy as jnp
 
+from credit_jax import networks
+
 Array = jax.Array
 
 
@@ -114,3 +116,34 @@ def weighted_clipped_policy_loss(log_probs: Array, old_log_probs: Array, advanta
   loss = total(pg) - ent_coef * total(entropy)
   return loss, {"policy_loss": total(pg), "entropy": mean(entropy),
                 "clip_frac": mean(clipped), "approx_kl": mean(approx_kl)}
+
+
+def ppo_objective(logits: Array, values: Array, mb, hp, clip_value: bool):
+  """PPO's loss from the network's outputs on a minibatch; `(loss [], aux {name: []})`.
+
+  Args:
+    logits: [..., A] policy logits at the minibatch's steps (any leading dims: `[N]` for
+      the MLP's flat minibatches, `[E, T]` for a sequence network's windows).
+    values: [...] value predictions at the same steps.
+    mb: dict with `actions`, `log_probs` (at collection), `values` (at collection),
+      `advantages` and `targets`, each shaped like `values`.
+    hp: the traced hparams (`clip_eps`, `vf_coef`, `ent_coef`).
+    clip_value: clip the value update around `mb["values"]` (PPO's value clip).
+
+  Advantages are normalised over the minibatch; the loss is the clipped surrogate plus
+  `vf_coef` times the value loss minus `ent_coef` times the entropy.
+  """
+  if logits.shape[:-1] != values.shape:
+    raise ValueError(f"logits [..., A] and values [...] disagree: {logits.shape}, "
+                     f"{values.shape}")
+  log_probs = networks.categorical_log_prob(logits, mb["actions"])
+  adv = mb["advantages"]
+  adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+  pg, clipped, approx_kl = clipped_surrogate(log_probs, mb["log_probs"], adv, hp["clip_eps"])
+  v_loss = value_loss(values, mb["targets"], mb["values"],
+                      hp["clip_eps"] if clip_value else None)
+  entropy = networks.categorical_entropy(logits).mean()
+  loss = pg.mean() + hp["vf_coef"] * v_loss.mean() - hp["ent_coef"] * entropy
+  return loss, {"policy_loss": pg.mean(), "value_loss": v_loss.mean(),
+                "entropy": entropy, "approx_kl": approx_kl.mean(),
+                "clip_frac": clipped.mean()}

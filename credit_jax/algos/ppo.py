@@ -217,18 +217,7 @@ def make_train(config) -> common.Train:
 
   def loss_fn(params, mb, hp):
     logits, values = network.apply(params, mb["obs"])
-    log_probs = networks.categorical_log_prob(logits, mb["actions"])
-    adv = mb["advantages"]
-    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    pg, clipped, approx_kl = losses.clipped_surrogate(log_probs, mb["log_probs"], adv,
-                                                      hp["clip_eps"])
-    v_loss = losses.value_loss(values, mb["targets"], mb["values"],
-                               hp["clip_eps"] if clip_value else None)
-    entropy = networks.categorical_entropy(logits).mean()
-    loss = pg.mean() + hp["vf_coef"] * v_loss.mean() - hp["ent_coef"] * entropy
-    return loss, {"policy_loss": pg.mean(), "value_loss": v_loss.mean(),
-                  "entropy": entropy, "approx_kl": approx_kl.mean(),
-                  "clip_frac": clipped.mean()}
+    return losses.ppo_objective(logits, values, mb, hp, clip_value)
 
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)

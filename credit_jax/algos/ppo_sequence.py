@@ -67,18 +67,7 @@ def _loss(network, clip_value, params, mb, hp):
   logits, values, _ = jax.vmap(
       lambda c, o, pa, pr, s: sn.unroll(network, params, c, o, pa, pr, s))(
           mb["carry"], mb["obs"], mb["prev_actions"], mb["prev_rewards"], mb["starts"])
-  log_probs = networks.categorical_log_prob(logits, mb["actions"])
-  adv = mb["advantages"]
-  adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-  pg, clipped, approx_kl = losses.clipped_surrogate(log_probs, mb["log_probs"], adv,
-                                                    hp["clip_eps"])
-  v_loss = losses.value_loss(values, mb["targets"], mb["values"],
-                             hp["clip_eps"] if clip_value else None)
-  entropy = networks.categorical_entropy(logits).mean()
-  loss = pg.mean() + hp["vf_coef"] * v_loss.mean() - hp["ent_coef"] * entropy
-  return loss, {"policy_loss": pg.mean(), "value_loss": v_loss.mean(),
-                "entropy": entropy, "approx_kl": approx_kl.mean(),
-                "clip_frac": clipped.mean()}
+  return losses.ppo_objective(logits, values, mb, hp, clip_value)
 
 
 def values_and_advantages(network, params, traj, start_state, next_obs, next_state,
@@ -165,15 +154,15 @@ def make_train(config, hparam_names, n_updates: int) -> common.Train:
         traj.rewards, traj.dones, aux["running_return"], aux["last_return"])
     metrics.update({"return": mean_return, "episodes": num_episodes, "lr": lr,
                     "value_mean": values.mean(), "advantage_std": advantages.std()})
-    aux = {"env_state": env_state, "obs": obs, "policy_state": policy_state,
-           "running_return": running, "last_return": mean_return}
+    new_aux = {"env_state": env_state, "obs": obs, "policy_state": policy_state,
+               "running_return": running, "last_return": mean_return}
     if with_success:   # the sampled policy's episodes, as PPO's MLP path reports it
       hits, success = episodes.continuing_episode_success(
           traj.rewards, traj.dones, aux["running_hits"], aux["last_success"])
       metrics["success"] = success
-      aux.update(running_hits=hits, last_success=success)
+      new_aux.update(running_hits=hits, last_success=success)
     return common.TrainState(params=params, opt_state=opt_state, key=key,
-                             update=state.update + 1, aux=aux), metrics
+                             update=state.update + 1, aux=new_aux), metrics
 
   return common.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
