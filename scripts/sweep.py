@@ -17,6 +17,7 @@ import importlib.util
 import os
 import re
 import sys
+import time
 
 import cpu_affinity
 import distributed  # before credit_jax is imported: see that module for why
@@ -36,6 +37,13 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and r
 _FAST_PATHS = flags.DEFINE_bool(
     "fast_paths", None, "credit_jax.fast_paths, CPU speed-ups (see that module); default "
     "on when no accelerator is present (as scripts/train.py), --nofast_paths: off.")
+_WATCHDOG_FIRST = flags.DEFINE_float(
+    "watchdog_first_s", 1800.0, "Seconds until the first progress line (compilation "
+    "included) before the sweep is presumed hung; 0 turns the watchdog off.",
+    lower_bound=0.0)
+_WATCHDOG_FLOOR = flags.DEFINE_float(
+    "watchdog_floor_s", 900.0, "Least seconds allowed between later progress lines (also "
+    "10x the longest gap so far) before the sweep is presumed hung.", lower_bound=1.0)
 _SHARD = flags.DEFINE_string("shard", "0/1", "i/n: run only the compiled calls with "
                              "index % n == i (independent jobs sharing --workdir).")
 flags.mark_flags_as_required(["config", "workdir"])
@@ -79,10 +87,28 @@ def main(argv):
   from credit_jax import fast_paths  # pylint: disable=g-import-not-at-top
   fast = _FAST_PATHS.value
   fast_paths.set_enabled(not cpu_affinity.accelerator_present() if fast is None else fast)
+  from credit_jax import launch, watchdog  # pylint: disable=g-import-not-at-top
   logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  # The sweep logs a line per compiled chunk and per call: each line tells the watchdog
+  # the run is alive; a silence past the limit dumps every thread's stack and exits 4.
+  dog = watchdog.Watchdog(
+      watchdog.WatchdogOptions(first_s=_WATCHDOG_FIRST.value, floor_s=_WATCHDOG_FLOOR.value),
+      describe=lambda: (f"sweep in {_WORKDIR.value}: rerun the same command; finished "
+                        f"cells are skipped and a half-finished call resumes from its "
+                        f"checkpoint."),
+      advice=launch.hang_advice)
+  last = [time.monotonic()]
+
+  def log(line: str) -> None:
+    print(line, flush=True)
+    now = time.monotonic()
+    dog.chunk_done(now - last[0])
+    last[0] = now
+
   try:
-    sweep.run_sweep(config, _WORKDIR.value, shard=(int(match[1]), int(match[2])),
-                    log=lambda line: print(line, flush=True))
+    with dog:
+      sweep.run_sweep(config, _WORKDIR.value, shard=(int(match[1]), int(match[2])),
+                      log=log)
   except grid.ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
