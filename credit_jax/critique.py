@@ -11,8 +11,10 @@ environments (KeyChain, the goal environments) into such retry episodes:
     the step that ended it. The wrapper's episode terminates on the first success or at
     the end of attempt R; its reward is the inner reward (1.0 for the solving attempt).
   * After a failed attempt (not the last) the critic is called with the task's start
-    state and the attempt's actions and writes one critique into slot `attempt` of the
-    state's critique store `[R - 1, 3]`; later attempts see every stored critique.
+    state and the attempt's actions and writes one critique into the first free slot of
+    the state's critique store `[R - 1, 3]` (the last slot when none is free); later
+    attempts see every stored critique. A store may start non-empty (`with_critiques`:
+    critiques remembered from earlier episodes of the task, `credit_jax/memory.py`).
   * A **critique** is a float32 `[3]` array `(step, suggestion, confidence)`: the step
     index inside an attempt that the critic blames, the action it suggests there, and a
     confidence in [0, 1]; `NO_CRITIQUE = (-1, -1, 0)` is an empty slot.
@@ -21,8 +23,9 @@ environments (KeyChain, the goal environments) into such retry episodes:
     stored critiques whose step is the current step, 1.0 when any stored critique exists,
     and `attempt / max(R - 1, 1)`. A memoryless policy can therefore follow a critique.
 
-Critics (`critic(env, start_state, actions [T], length [], key, noise []) -> [3]`, all
-jittable; `noise` is the traced `RetryParams.noise`):
+Critics (`critic(env, start_state, actions [T], length [], key, params) -> [3]`, all
+jittable; `params` is the wrapper's `RetryParams`, whose `noise` and `critic_params` are
+traced leaves, so a sweep over noise or over learned critics is a vmap):
   * `no_critic`: always `NO_CRITIQUE` (a plain retry).
   * `keychain_oracle`: external validation from KeyChain's ground truth
     (`KeyChain.oracle`): the first pivotal step answered wrong and its right action,
@@ -30,14 +33,21 @@ jittable; `noise` is the traced `RetryParams.noise`):
   * `keychain_noisy`: the oracle, except that with probability `noise` it is confidently
     wrong: it blames a uniformly drawn pivotal step of the task and suggests a uniformly
     drawn wrong action for it, still with confidence 1.
+  * `learned_critic`: a small network (`CriticNet`) that reads an attempt (its
+    observations and actions) and names the first wrong step and its right action;
+    `train_critic` fits it to the oracle's labels on attempts of a uniform policy, and the
+    wrapper reads its parameters from `RetryParams.critic_params`. Its confidence is its
+    probability of the step it names.
 `first_wrong_step` is the oracle's core on plain arrays (what the tests check by hand).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Tuple
 
 import jax
 import jax.numpy as jnp
+import flax.linen as nn
+import optax
 from flax import struct
 
 from credit_jax.envs import base
@@ -77,22 +87,22 @@ def first_wrong_step(pivotal: Array, answers: Array, actions: Array, length) -> 
   return jnp.where(found, crit, no_critique())
 
 
-def no_critic(env, start_state, actions, length, key, noise) -> Array:
+def no_critic(env, start_state, actions, length, key, params) -> Array:
   """A plain retry: never critiques."""
-  del env, start_state, actions, length, key, noise
+  del env, start_state, actions, length, key, params
   return no_critique()
 
 
-def keychain_oracle(env, start_state, actions, length, key, noise) -> Array:
+def keychain_oracle(env, start_state, actions, length, key, params) -> Array:
   """KeyChain's oracle critic (external validation); see `first_wrong_step`."""
-  del key, noise
+  del key, params
   pivotal, answers = env.oracle(start_state)
   return first_wrong_step(pivotal, answers, actions, length)
 
 
-def keychain_noisy(env, start_state, actions, length, key, noise) -> Array:
-  """The oracle, confidently wrong with probability `noise` (see the module doc)."""
-  truth = keychain_oracle(env, start_state, actions, length, key, noise)
+def keychain_noisy(env, start_state, actions, length, key, params) -> Array:
+  """The oracle, confidently wrong with probability `params.noise` (module doc)."""
+  truth = keychain_oracle(env, start_state, actions, length, key, params)
   k_flip, k_step, k_act = jax.random.split(key, 3)
   j = jax.random.randint(k_step, (), 0, start_state.positions.shape[0])
   step = start_state.positions[j]
@@ -100,10 +110,114 @@ def keychain_noisy(env, start_state, actions, length, key, noise) -> Array:
   wrong_action = (start_state.cues[j] + offset) % env.num_actions
   lie = jnp.stack([step.astype(jnp.float32), wrong_action.astype(jnp.float32),
                    jnp.ones((), jnp.float32)])
-  return jnp.where(jax.random.uniform(k_flip) < noise, lie, truth)
+  return jnp.where(jax.random.uniform(k_flip) < params.noise, lie, truth)
 
 
-CRITICS = {"none": no_critic, "oracle": keychain_oracle, "noisy": keychain_noisy}
+def keychain_observations(env, start_state) -> Array:
+  """[T, D] the observations of a KeyChain attempt from `start_state` (they do not depend
+  on the actions: KeyChain's observation is a function of the step)."""
+  times = jnp.arange(env.horizon, dtype=jnp.int32)
+  return jax.vmap(lambda t: env.get_obs(start_state.replace(time=t)))(times)
+
+
+class CriticNet(nn.Module):
+  """Reads an attempt; returns (step logits [T + 1] (index T: nothing wrong), suggestion
+  logits [T, A])."""
+  horizon: int
+  num_actions: int
+  hidden: int = 128
+
+  @nn.compact
+  def __call__(self, obs: Array, actions: Array) -> Tuple[Array, Array]:
+    t, a = self.horizon, self.num_actions
+    x = jnp.concatenate([obs.reshape(t, -1), jax.nn.one_hot(actions, a)], axis=-1)
+    x = nn.relu(nn.Dense(self.hidden)(x.reshape(-1)))
+    x = nn.relu(nn.Dense(self.hidden)(x))
+    return nn.Dense(t + 1)(x), nn.Dense(t * a)(x).reshape(t, a)
+
+
+def critic_labels(env, start_state, actions, length) -> Tuple[Array, Array, Array]:
+  """(step [] int32 in [0, T], T for none; suggestion [] int32; critique [3]) of the oracle."""
+  crit = keychain_oracle(env, start_state, actions, length, None, None)
+  step = jnp.where(crit[2] > 0, crit[0], env.horizon).astype(jnp.int32)
+  return step, jnp.maximum(crit[1], 0).astype(jnp.int32), crit
+
+
+def learned_critic(env, start_state, actions, length, key, params) -> Array:
+  """The critique of `CriticNet` with parameters `params.critic_params` (module doc)."""
+  del key
+  net = CriticNet(env.horizon, env.num_actions)
+  step_logits, suggest_logits = net.apply(params.critic_params,
+                                          keychain_observations(env, start_state), actions)
+  steps = jnp.arange(env.horizon + 1)
+  step_logits = jnp.where((steps < length) | (steps == env.horizon), step_logits, -jnp.inf)
+  probs = jax.nn.softmax(step_logits)
+  t = jnp.argmax(probs)
+  crit = jnp.stack([t.astype(jnp.float32),
+                    jnp.argmax(suggest_logits[jnp.minimum(t, env.horizon - 1)]).astype(
+                        jnp.float32), probs[t]])
+  return jnp.where(t < env.horizon, crit, no_critique())
+
+
+def _random_attempts(env, env_params, key, batch):
+  k_reset, k_act = jax.random.split(key)
+  _, starts = jax.vmap(env.reset_env, (0, None))(jax.random.split(k_reset, batch), env_params)
+  actions = jax.random.randint(k_act, (batch, env.horizon), 0, env.num_actions)
+  return starts, actions
+
+
+def train_critic(env, env_params, key, steps: int, batch: int = 256, lr: float = 1e-3,
+                 hidden: int = 128):
+  """Fits `CriticNet` to the oracle's labels on uniform-policy KeyChain attempts.
+
+  Pure and jittable (vmap it over seeds); `steps` and `batch` are static.
+  Returns:
+    (params, losses [steps]).
+  """
+  net = CriticNet(env.horizon, env.num_actions, hidden)
+  k_init, k_data = jax.random.split(key)
+  t = env.horizon
+  params = net.init(k_init, jnp.zeros((t,) + tuple(env.obs_shape)), jnp.zeros((t,), jnp.int32))
+  opt = optax.adam(lr)
+
+  def loss_fn(p, starts, actions):
+    obs = jax.vmap(lambda s: keychain_observations(env, s))(starts)
+    step, sugg, crit = jax.vmap(lambda s, a: critic_labels(env, s, a, t))(starts, actions)
+    step_logits, suggest_logits = jax.vmap(lambda o, a: net.apply(p, o, a))(obs, actions)
+    ce_step = optax.softmax_cross_entropy_with_integer_labels(step_logits, step)
+    at = jnp.take_along_axis(suggest_logits, jnp.minimum(step, t - 1)[:, None, None],
+                             axis=1)[:, 0]
+    ce_sugg = optax.softmax_cross_entropy_with_integer_labels(at, sugg) * (crit[:, 2] > 0)
+    return jnp.mean(ce_step + ce_sugg)
+
+  def update(carry, k):
+    p, o = carry
+    loss, g = jax.value_and_grad(loss_fn)(p, *_random_attempts(env, env_params, k, batch))
+    upd, o = opt.update(g, o, p)
+    return (optax.apply_updates(p, upd), o), loss
+
+  (params, _), losses = jax.lax.scan(update, (params, opt.init(params)),
+                                     jax.random.split(k_data, steps))
+  return params, losses
+
+
+def localisation_accuracy(env, env_params, critic_params, key, batch: int = 1024):
+  """([] step accuracy, [] step-and-suggestion accuracy) of the learned critic against the
+  oracle on failed uniform-policy attempts (those the oracle has a critique for)."""
+  starts, actions = _random_attempts(env, env_params, key, batch)
+  params = RetryParams(inner=env_params, critic_params=critic_params)
+  t = env.horizon
+  learned = jax.vmap(lambda s, a: learned_critic(env, s, a, t, None, params))(starts, actions)
+  truth = jax.vmap(lambda s, a: keychain_oracle(env, s, a, t, None, None))(starts, actions)
+  failed = truth[:, 2] > 0
+  step_ok = (learned[:, 0] == truth[:, 0]) & failed
+  both = step_ok & (learned[:, 1] == truth[:, 1])
+  n = jnp.maximum(jnp.sum(failed), 1)
+  return jnp.sum(step_ok) / n, jnp.sum(both) / n
+
+
+CRITICS = {"none": no_critic, "oracle": keychain_oracle, "noisy": keychain_noisy,
+           "learned": learned_critic}
 
 
 def make_critic(name: str) -> Callable:
@@ -117,6 +231,7 @@ def make_critic(name: str) -> Callable:
 class RetryParams:
   inner: Any                 # the wrapped environment's params
   noise: Any = 0.0           # [] float  the critic's error probability (traced; sweepable)
+  critic_params: Any = None  # a learned critic's parameters (`learned_critic`)
 
 
 @struct.dataclass
@@ -201,6 +316,14 @@ class RetryWrapper(base.CreditEnv):
         time=jnp.zeros((), jnp.int32))
     return self._obs(obs, state.critiques, state.t, state.attempt), state
 
+  def with_critiques(self, state: RetryState, critiques: Array):
+    """(obs, state) of a freshly reset `state` with its critique store set to
+    `critiques` ([max(R - 1, 1), 3], e.g. read from memory)."""
+    if critiques.shape != state.critiques.shape:
+      raise ValueError(f"critiques must be {state.critiques.shape}, got {critiques.shape}")
+    state = state.replace(critiques=jnp.asarray(critiques, jnp.float32))
+    return self._obs(state.start_obs, state.critiques, state.t, state.attempt), state
+
   def step_env(self, key: Array, state: RetryState, action, params: RetryParams):
     k_step, k_critic = jax.random.split(key)
     obs_i, inner, reward, term_i, info = self._env.step_env(k_step, state.inner, action,
@@ -214,8 +337,9 @@ class RetryWrapper(base.CreditEnv):
     last = state.attempt >= self.attempts - 1
     write = end & ~success & ~last
     critique = jnp.where(write, self.critic(self._env, state.start, actions, t1,
-                                            k_critic, params.noise), no_critique())
-    slot = jnp.minimum(state.attempt, state.critiques.shape[0] - 1)
+                                            k_critic, params), no_critique())
+    free = state.critiques[:, 2] <= 0
+    slot = jnp.where(jnp.any(free), jnp.argmax(free), state.critiques.shape[0] - 1)
     critiques = jnp.where(write, state.critiques.at[slot].set(critique), state.critiques)
     terminated = end & (success | last)
     retry = end & ~terminated
