@@ -33,6 +33,8 @@ traced leaves, so a sweep over noise or over learned critics is a vmap):
   * `keychain_noisy`: the oracle, except that with probability `noise` it is confidently
     wrong: it blames a uniformly drawn pivotal step of the task and suggests a uniformly
     drawn wrong action for it, still with confidence 1.
+  * `bitflip_oracle`: the same external validation for BitFlip-v0 (a goal environment):
+    the first flip of a bit that already matched the goal, and a bit still to flip.
   * `learned_critic`: a small network (`CriticNet`) that reads an attempt (its
     observations and actions) and names the first wrong step and its right action;
     `train_critic` fits it to the oracle's labels on attempts of a uniform policy, and the
@@ -111,6 +113,32 @@ def keychain_noisy(env, start_state, actions, length, key, params) -> Array:
   lie = jnp.stack([step.astype(jnp.float32), wrong_action.astype(jnp.float32),
                    jnp.ones((), jnp.float32)])
   return jnp.where(jax.random.uniform(k_flip) < params.noise, lie, truth)
+
+
+def bitflip_oracle(env, start_state, actions, length, key, params) -> Array:
+  """BitFlip's oracle critic (a goal environment): replaying the attempt from the start
+  state, the first step that flipped a bit already equal to the goal (or no bit), with the
+  lowest bit still differing from the goal at that step as the suggestion; confidence 1.
+  Steps after the goal was reached do not count. A BitFlip attempt of n steps that fails
+  always has such a step."""
+  del key, params
+  n = env.num_bits
+  actions = jnp.asarray(actions, jnp.int32)
+  steps = jnp.arange(actions.shape[0])
+
+  def step(bits, a):
+    reached = jnp.all(bits == start_state.goal)      # steps after the goal do not count
+    valid = (a >= 0) & (a < n)
+    useful = valid & (bits[jnp.clip(a, 0, n - 1)] != start_state.goal[jnp.clip(a, 0, n - 1)])
+    suggestion = jnp.argmax(bits != start_state.goal)
+    return bits ^ (jnp.arange(n) == a).astype(bits.dtype), (~useful & ~reached, suggestion)
+
+  _, (wrong, suggestion) = jax.lax.scan(step, start_state.bits, actions)
+  wrong = wrong & (steps < length)
+  t = jnp.argmax(wrong)
+  crit = jnp.stack([t.astype(jnp.float32), suggestion[t].astype(jnp.float32),
+                    jnp.ones((), jnp.float32)])
+  return jnp.where(jnp.any(wrong), crit, no_critique())
 
 
 def keychain_observations(env, start_state) -> Array:
@@ -217,7 +245,7 @@ def localisation_accuracy(env, env_params, critic_params, key, batch: int = 1024
 
 
 CRITICS = {"none": no_critic, "oracle": keychain_oracle, "noisy": keychain_noisy,
-           "learned": learned_critic}
+           "learned": learned_critic, "bitflip_oracle": bitflip_oracle}
 
 
 def make_critic(name: str) -> Callable:
@@ -261,9 +289,12 @@ class RetryWrapper(base.CreditEnv):
     self._env = env
     self.attempts = base.check_int("attempts", attempts, minimum=1)
     self.critic = make_critic(critic) if isinstance(critic, str) else critic
-    steps = max_attempt_steps if max_attempt_steps is not None else getattr(env, "horizon", None)
+    # Steps per attempt: given, else the env's horizon, else its default time limit.
+    steps = max_attempt_steps if max_attempt_steps is not None else getattr(
+        env, "horizon", getattr(env.default_params, "max_steps_in_episode", None))
     if steps is None:
-      raise ValueError("max_attempt_steps is required for an env without a `horizon`")
+      raise ValueError("max_attempt_steps is required for an env without a `horizon` "
+                       "or a default max_steps_in_episode")
     self.attempt_steps = base.check_int("max_attempt_steps", steps, minimum=1)
     inner_shape = tuple(env.observation_space(env.default_params).shape)
     if len(inner_shape) != 1:

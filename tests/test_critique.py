@@ -223,3 +223,24 @@ def test_reinforce_learns_to_follow_oracle_critiques_on_retry_episodes():
   # Blind: 1 - (15/16)^3 = 0.18 without critiques; following them solves every task.
   assert float(np.mean(m["success"][:5])) < 0.35
   assert float(np.mean(m["success"][-10:])) > 0.9
+
+
+def test_bitflip_oracle_hand_made_and_retries():
+  env, p = envs.make("BitFlip-v0", num_bits=4)
+  _, s = env.reset(jax.random.key(14), p)
+  s = s.replace(bits=jnp.array([0, 0, 0, 0]), goal=jnp.array([1, 0, 1, 0]))
+  crit = lambda acts, n=4: np.asarray(critique.bitflip_oracle(
+      env, s, jnp.array(acts), n, None, None))
+  # Flip 0 (useful), then 1 (already matches: wrong); bit 2 is the one left to flip.
+  np.testing.assert_allclose(crit([0, 1, 1, 2]), (1, 2, 1.0))
+  # Flip 3 first: wrong at step 0, suggest bit 0; an invalid action is wrong too.
+  np.testing.assert_allclose(crit([3, 0, 2, 3]), (0, 0, 1.0))
+  np.testing.assert_allclose(crit([0, 7, 2, 0]), (1, 2, 1.0))
+  np.testing.assert_allclose(crit([0, 2, 1, 1]), critique.NO_CRITIQUE)   # solved at step 1
+  np.testing.assert_allclose(crit([0, 1, 1, 2], n=1), critique.NO_CRITIQUE)
+  # A critique-following policy with the BitFlip oracle solves within n + 1 attempts.
+  w = critique.RetryWrapper(env, attempts=5, critic="bitflip_oracle")
+  traj = rollout.collect_episodes(w, w.default_params, _follow_critique(4), None,
+                                  jax.random.key(15), 64, w.horizon)
+  cum = np.asarray(critique.cumulative_success(critique.attempt_success(traj, 5))).mean(1)
+  assert cum[-1] > cum[0] + 0.3
