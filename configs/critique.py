@@ -22,6 +22,7 @@ def get_config(arg=None):
     c.noises = (0.0, 0.5, 1.0)
     c.critic_steps = 100
     c.critic_batch = 64
+    c.improvement_steps = 30
     c.capacities = (0, 8)
     c.memory_episodes = 24
     c.memory_streams = 8

@@ -39,7 +39,8 @@ traced leaves, so a sweep over noise or over learned critics is a vmap):
     observations and actions) and names the first wrong step and its right action;
     `train_critic` fits it to the oracle's labels on attempts of a uniform policy, and the
     wrapper reads its parameters from `RetryParams.critic_params`. Its confidence is its
-    probability of the step it names.
+    probability of the step it names. `train_critic_by_improvement` trains the same
+    network without labels, by REINFORCE on whether the retry its critique guided succeeded.
 `first_wrong_step` is the oracle's core on plain arrays (what the tests check by hand).
 """
 from __future__ import annotations
@@ -227,6 +228,81 @@ def train_critic(env, env_params, key, steps: int, batch: int = 256, lr: float =
   (params, _), losses = jax.lax.scan(update, (params, opt.init(params)),
                                      jax.random.split(k_data, steps))
   return params, losses
+
+
+def train_critic_by_improvement(env, env_params, act_fn, policy_params, key, steps: int,
+                                batch: int = 256, lr: float = 1e-3, hidden: int = 128):
+  """Fits `CriticNet` by REINFORCE with the next attempt's improvement as its reward.
+
+  Retroformer's signal (arXiv 2308.02151): no oracle labels. For failed uniform-policy
+  KeyChain attempts the critic samples a critique (a step or "nothing", then a
+  suggestion); the policy `act_fn(policy_params, obs, key) -> action` (one that reads a
+  `RetryWrapper`'s observation) retries the task once with it, and the critique's reward
+  is whether that retry succeeded (the first attempt scored 0, so this is the change in
+  success), minus the batch mean. Pure and jittable; `steps`, `batch` static.
+  Returns:
+    (params, rewards [steps]): the mean retry success per step.
+  """
+  net = CriticNet(env.horizon, env.num_actions, hidden)
+  wrapper = RetryWrapper(env, 2, no_critic)
+  params_w = RetryParams(inner=env_params)
+  t_max = env.horizon
+  k_init, k_data = jax.random.split(key)
+  params = net.init(k_init, jnp.zeros((t_max,) + tuple(env.obs_shape)),
+                    jnp.zeros((t_max,), jnp.int32))
+  opt = optax.adam(lr)
+
+  def retry(start, crit, k):
+    """[] float32: the second attempt from `start` with `crit` stored succeeds."""
+    obs0 = jnp.asarray(env.get_obs(start), jnp.float32)
+    state = RetryState(inner=start, start=start, start_obs=obs0, attempt=jnp.int32(1),
+                       t=jnp.int32(0), actions=jnp.full((t_max,), -1, jnp.int32),
+                       critiques=crit[None], time=jnp.int32(0))
+    obs = wrapper._obs(obs0, state.critiques, state.t, state.attempt)  # pylint: disable=protected-access
+
+    def step(c, kk):
+      state, obs, ok = c
+      k_act, k_env = jax.random.split(kk)
+      obs, state, _, _, info = wrapper.step_env(
+          k_env, state, act_fn(policy_params, obs, k_act), params_w)
+      return (state, obs, ok | info["attempt_success"]), None
+
+    (_, _, ok), _ = jax.lax.scan(step, (state, obs, jnp.zeros((), bool)),
+                                 jax.random.split(k, t_max))
+    return ok.astype(jnp.float32)
+
+  def loss_fn(p, k):
+    k_att, k_step, k_sugg, k_retry = jax.random.split(k, 4)
+    starts, actions = _random_attempts(env, env_params, k_att, batch)
+    failed = jax.vmap(lambda s, a: keychain_oracle(env, s, a, t_max, None, None))(
+        starts, actions)[:, 2] > 0
+    obs = jax.vmap(lambda s: keychain_observations(env, s))(starts)
+    step_logits, sugg_logits = jax.vmap(lambda o, a: net.apply(p, o, a))(obs, actions)
+    t = jax.random.categorical(k_step, step_logits)                          # [B]
+    at = jnp.take_along_axis(sugg_logits, jnp.minimum(t, t_max - 1)[:, None, None],
+                             axis=1)[:, 0]                                     # [B, A]
+    sugg = jax.random.categorical(k_sugg, at)
+    named = t < t_max
+    logp = (jnp.take_along_axis(jax.nn.log_softmax(step_logits), t[:, None], 1)[:, 0]
+            + named * jnp.take_along_axis(jax.nn.log_softmax(at), sugg[:, None], 1)[:, 0])
+    crit = jnp.where(named[:, None], jnp.stack(
+        [t.astype(jnp.float32), sugg.astype(jnp.float32), jnp.ones_like(logp)], -1),
+        no_critique())
+    reward = jax.vmap(retry)(starts, crit, jax.random.split(k_retry, batch))
+    w = failed.astype(jnp.float32)
+    mean = jnp.sum(reward * w) / jnp.maximum(jnp.sum(w), 1.0)
+    adv = jax.lax.stop_gradient(reward - mean)
+    return -jnp.sum(w * adv * logp) / jnp.maximum(jnp.sum(w), 1.0), mean
+
+  def update(carry, k):
+    p, o = carry
+    (_, mean), g = jax.value_and_grad(loss_fn, has_aux=True)(p, k)
+    upd, o = opt.update(g, o, p)
+    return (optax.apply_updates(p, upd), o), mean
+
+  (params, _), rewards = jax.lax.scan(update, (params, opt.init(params)),
+                                      jax.random.split(k_data, steps))
+  return params, rewards
 
 
 def localisation_accuracy(env, env_params, critic_params, key, batch: int = 1024):

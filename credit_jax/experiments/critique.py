@@ -20,7 +20,9 @@ Per seed:
      The break-even noise: where the noisy critic's success after attempt r falls to the
      no-critique retry's (linear interpolation of the seed means).
   3. The learned critic (`critique.train_critic`): a small network fitted to the oracle's
-     labels on uniform-policy attempts; its localisation accuracy against the oracle.
+     labels on uniform-policy attempts; its localisation accuracy against the oracle. And
+     the same network trained without labels, with the improvement of the retry its
+     critique guided as its reward (`critique.train_critic_by_improvement`, Retroformer).
   4. Persistent memory (`credit_jax.memory`): a stream of `memory_episodes` retry
      episodes drawn from a family of `family_size` tasks, each with fixed answers. At
      an episode's end its critique store is written to memory under the task id; the
@@ -62,6 +64,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.noises = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)   # noisy critic's error rates
   c.critic_steps = 300         # learned critic: Adam steps (batch critic_batch)
   c.critic_batch = 256         # learned critic: uniform-policy attempts per step
+  c.improvement_steps = 300    # critic trained by the retry's improvement: REINFORCE steps
   c.family_size = 8            # memory: tasks in the family (fixed answers per task id)
   c.capacities = (0, 4, 8)     # memory capacities compared (0: no memory)
   c.eviction = "lru"           # memory eviction: fifo | lru
@@ -82,7 +85,7 @@ def validate_config(config) -> None:
     if not ok:
       raise ConfigError(f"config.{field}: {msg}")
   for f in ("horizon", "num_pivotal", "attempts", "num_updates", "num_envs",
-            "eval_episodes", "critic_steps", "critic_batch", "family_size",
+            "eval_episodes", "critic_steps", "critic_batch", "improvement_steps", "family_size",
             "memory_episodes", "memory_streams"):
     req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
   req(int(config.seeds) >= 2, "seeds", f"must be >= 2 for an interval, got {config.seeds}")
@@ -175,6 +178,19 @@ def measure_retries(config, policies, network, key):
   (cparams, closs, (acc_step, acc_both)), _, _ = report.compile_and_run(
       jax.vmap(critic_fit), jax.random.split(jax.random.fold_in(key, 7), s))
   res["critic_loss"], res["critic_step_acc"], res["critic_both_acc"] = closs, acc_step, acc_both
+  act = lambda p, obs, k: networks.categorical_sample(k, network.apply(p, obs)[0])
+
+  def improvement_fit(p, k):
+    params, rewards = critique.train_critic_by_improvement(
+        inner, inner_params, act, p, k, int(config.improvement_steps),
+        int(config.critic_batch))
+    return params, rewards, critique.localisation_accuracy(
+        inner, inner_params, params, jax.random.fold_in(k, 1))
+
+  (iparams, irewards, (iacc_step, iacc_both)), _, _ = report.compile_and_run(
+      jax.vmap(improvement_fit), oracle_params, jax.random.split(jax.random.fold_in(key, 8), s))
+  res["improvement_rewards"] = irewards
+  res["improvement_step_acc"], res["improvement_both_acc"] = iacc_step, iacc_both
   noises = jnp.asarray(config.noises, jnp.float32)
   plain_eval = make_eval(config, network, "none")
   plain = jax.jit(jax.vmap(lambda p, k: plain_eval(p, None, k, 0.0)))   # compiled once
@@ -182,9 +198,10 @@ def measure_retries(config, policies, network, key):
   res["oracle_policy_no_critique"] = jax.device_get(plain(oracle_params, keys))
   res["oracle"] = jax.device_get(jax.jit(jax.vmap(
       lambda p, k: make_eval(config, network, "oracle")(p, None, k, 0.0)))(oracle_params, keys))
-  res["learned"] = jax.device_get(jax.jit(jax.vmap(
-      lambda p, c, k: make_eval(config, network, "learned")(p, c, k, 0.0)))(
-          oracle_params, cparams, keys))
+  learned = jax.jit(jax.vmap(
+      lambda p, c, k: make_eval(config, network, "learned")(p, c, k, 0.0)))
+  res["learned"] = jax.device_get(learned(oracle_params, cparams, keys))
+  res["improvement"] = jax.device_get(learned(oracle_params, iparams, keys))
   noisy = make_eval(config, network, "noisy")
   res["noisy"] = jax.device_get(jax.jit(jax.vmap(lambda p, k: jax.vmap(
       lambda n, i: noisy(p, None, jax.random.fold_in(k, i), n))(
@@ -280,7 +297,8 @@ def plot(config, res, mem, summary, workdir):
   ax = axes[0, 0]
   noises = list(config.noises)
   curves = [("no critique (plain retry)", res["none"]), ("oracle critic", res["oracle"]),
-            ("learned critic", res["learned"])]
+            ("learned critic (oracle labels)", res["learned"]),
+            ("learned critic (retry improvement)", res["improvement"])]
   for n in (0.2, 0.5, 1.0):
     if n in noises:
       curves.append((f"noisy critic, eps={n:g}", res["noisy"][:, noises.index(n)]))
@@ -360,7 +378,7 @@ def markdown(config, summary):
       f"{config.eval_episodes} tasks per seed; mean ± 95% t-interval over {config.seeds} "
       f"seeds. {report.wall_time(s['wall_seconds'])}", ""]
   rows = []
-  for name in ("none", "oracle_policy_no_critique", "oracle", "learned"):
+  for name in ("none", "oracle_policy_no_critique", "oracle", "learned", "improvement"):
     rows.append([name] + [_fmt(*s["success"][name][i]) for i in range(r)])
   for i, n in enumerate(config.noises):
     rows.append([f"noisy eps={n:g}"] + [_fmt(*s["success"]["noisy"][i][j]) for j in range(r)])
@@ -374,7 +392,13 @@ def markdown(config, summary):
                   for k, v in s["break_even_noise"].items()) + ".",
       f"- Learned critic ({config.critic_steps} Adam steps on uniform-policy attempts): "
       f"localises the first wrong step in {_fmt(*s['critic_step_acc'])} of failed attempts, "
-      f"step and right action in {_fmt(*s['critic_both_acc'])}.", "",
+      f"step and right action in {_fmt(*s['critic_both_acc'])}.",
+      f"- Critic trained by the retry's improvement ({config.improvement_steps} REINFORCE "
+      "steps, reward: the guided retry succeeded; no labels): the retry success it earns "
+      f"rose from {s['improvement_reward_first10']:.3f} to "
+      f"{s['improvement_reward_last10']:.3f} during training; it names the oracle's step "
+      f"in {_fmt(*s['improvement_step_acc'])} of failed attempts, step and action in "
+      f"{_fmt(*s['improvement_both_acc'])}.", "",
       f"## Memory: a stream of {config.memory_episodes} retry episodes over a family of "
       f"{config.family_size} tasks ({config.memory_streams} streams per seed)", ""]
   rows = []
@@ -407,7 +431,8 @@ def run(config, workdir: str, log=print) -> dict:
   r = int(config.attempts)
   pair = lambda x: [float(v) for v in ci95(x)]
   success = {name: [pair(res[name][:, j]) for j in range(r)]
-             for name in ("none", "oracle_policy_no_critique", "oracle", "learned")}
+             for name in ("none", "oracle_policy_no_critique", "oracle", "learned",
+                          "improvement")}
   success["noisy"] = [[pair(res["noisy"][:, i, j]) for j in range(r)]
                       for i in range(len(config.noises))]
   breaks = {str(j + 1): break_even(list(config.noises), res["noisy"][:, :, j].mean(axis=0),
@@ -424,6 +449,10 @@ def run(config, workdir: str, log=print) -> dict:
              "critic_step_acc": pair(res["critic_step_acc"]),
              "critic_both_acc": pair(res["critic_both_acc"]),
              "critic_final_loss": float(res["critic_loss"].mean()),
+             "improvement_step_acc": pair(res["improvement_step_acc"]),
+             "improvement_both_acc": pair(res["improvement_both_acc"]),
+             "improvement_reward_first10": float(res["improvement_rewards"][:, :10].mean()),
+             "improvement_reward_last10": float(res["improvement_rewards"][:, -10:].mean()),
              "training_success": {k: float(p[1].mean()) for k, p in policies.items()},
              "memory": memory_summary, "seeds": int(config.seeds),
              "attempts": r, "wall_seconds": watch.seconds()}
