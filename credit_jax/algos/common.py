@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from credit_jax import envs, fast_paths, networks
+from credit_jax import critique, envs, fast_paths, networks
 
 Array = jax.Array
 Hparams = Dict[str, Array]
@@ -420,6 +420,11 @@ def make_env(config):
   a `HistoryWrapper` of `config.history_window` observations when that is > 0."""
   kwargs = dict(config.get("env_kwargs", {}) or {})
   env, env_params = envs.make(config.env_name, **kwargs)
+  attempts = int(config.get("retry_attempts", 0) or 0)
+  if attempts > 0:   # retry episodes with a critique channel (credit_jax/critique.py)
+    env = critique.RetryWrapper(env, attempts, str(config.get("retry_critic", "none")))
+    env_params = critique.RetryParams(inner=env_params,
+                                      noise=float(config.get("retry_noise", 0.0)))
   window = int(config.get("history_window", 0) or 0)
   if window > 0:
     env = envs.HistoryWrapper(env, window)
