@@ -23,6 +23,7 @@ from credit_jax.envs.bitflip import BitFlip
 from credit_jax.envs.goal import GoalEnvMixin
 from credit_jax.envs.goalgrid import GoalGrid
 from credit_jax.envs.keychain import KeyChain
+from credit_jax.envs.runningsum import RunningSum
 from credit_jax.envs.textedit import TextEdit
 
 _REGISTRY: Dict[str, type] = {
@@ -30,6 +31,7 @@ _REGISTRY: Dict[str, type] = {
     "BitFlip-v0": BitFlip,
     "GoalGrid-v0": GoalGrid,
     "TextEdit-v0": TextEdit,
+    "RunningSum-v0": RunningSum,
 }
 
 
@@ -90,6 +92,6 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 
 
 __all__ = [
-    "BitFlip", "CreditEnv", "GoalEnvMixin", "GoalGrid", "KeyChain", "TextEdit", "make",
+    "BitFlip", "CreditEnv", "GoalEnvMixin", "GoalGrid", "KeyChain", "RunningSum", "TextEdit", "make",
     "overrides_of", "registered_envs",
 ]
