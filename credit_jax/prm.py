@@ -146,18 +146,24 @@ def run_episodes(env, env_params, policy, key, states, num_steps: int):
   return out, post
 
 
-def mc_labels(env, env_params, policy, states, key, num_rollouts: int, num_steps: int):
+def mc_labels(env, env_params, policy, states, key, num_rollouts: int, num_steps: int,
+              step_rewards=None):
   """Monte-Carlo step labels from post-step `states` (leading axis B).
 
   Runs `num_rollouts` completions of `policy` from each state (a copy of it: the env
-  state is restored) for `num_steps` steps. Returns `(hard [B], soft [B])`: any
-  completion succeeded; the fraction that did.
+  state is restored) for `num_steps` steps. A state whose episode already ended (the
+  step terminated it) is labelled by that step's reward, `step_rewards: [B]` (zeros when
+  None). Returns `(hard [B], soft [B])`: any completion succeeded; the fraction that did.
   """
   b = jax.tree.leaves(states)[0].shape[0]
   rep = jax.tree.map(lambda x: jnp.repeat(x, num_rollouts, axis=0), states)
   out, _ = run_episodes(env, env_params, policy, key, rep, num_steps)
   wins = out["success"].reshape(b, num_rollouts).astype(jnp.float32)
-  return (jnp.max(wins, axis=1), jnp.mean(wins, axis=1))
+  ended = jax.vmap(lambda s: env.is_terminated(s, env_params))(states)
+  final = (jnp.zeros((b,)) if step_rewards is None else
+           (jnp.asarray(step_rewards) > 0).astype(jnp.float32))
+  hard = jnp.where(ended, final, jnp.max(wins, axis=1))
+  return hard, jnp.where(ended, final, jnp.mean(wins, axis=1))
 
 
 def demo_data(env, env_params, pc, key, num_episodes: int):
@@ -176,7 +182,7 @@ def demo_data(env, env_params, pc, key, num_episodes: int):
                          ).astype(jnp.float32)
   if pc.labels in ("mc_hard", "mc_soft"):
     hard, soft = mc_labels(env, env_params, policy, jax.tree.map(flat, post), k_mc,
-                           int(pc.mc_rollouts), horizon)
+                           int(pc.mc_rollouts), horizon, flat(out["rewards"]))
     data["mc_hard"], data["mc_soft"] = hard, soft
   data["truth"] = data["step_correct"].astype(jnp.float32)
   return data

@@ -80,6 +80,8 @@ def validate_fields(config) -> None:
   req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
   for f in ("ent_coef", "kl_coef"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+  if config.get("prm") is not None:   # optional PRM shaping (credit_jax/prm.py)
+    prm.validate_config(config.prm, req)
 
 
 def validate_config(config) -> None:
