@@ -172,7 +172,7 @@ def test_compounding_hand_case():
 
 def _tiny_config():
   from configs import prm as prm_configs
-  return prm_configs.get_config("tiny")
+  return prm_configs.get_config("tiny").grpo
 
 
 def test_grpo_with_prm_runs_jit_and_vmap_and_validates():
@@ -196,9 +196,21 @@ def test_sum_form_shaping_learns_to_pad():
   # Seeded learning test: a heavily weighted sum-form PRM pays for padding, and GRPO
   # finds it (the gaming route the environment is built to expose).
   from configs import prm as prm_configs
-  c = prm_configs.get_config("small")
+  c = prm_configs.get_config("small").grpo
   c.num_updates = 15
   c.prm.weight = 0.5
   _, m = jax.jit(cj.algos.make_train(c))(jax.random.PRNGKey(0))
   assert float(m["padding_frac"][-3:].mean()) > float(m["padding_frac"][:3].mean()) + 0.3
   assert float(m["success"][-3:].mean()) < float(m["success"][:3].mean())
+
+
+def test_experiment_tiny_writes_summary_and_figures(tmp_path):
+  from configs import prm as prm_configs
+  from credit_jax.experiments import prm as prm_exp
+  summary = prm_exp.run(prm_configs.get_config("tiny"), str(tmp_path), log=lambda *_: None)
+  for f in ("prm_training.png", "prm_labels.png", "prm_compounding.png", "summary.md",
+            "summary.json"):
+    assert (tmp_path / f).exists(), f
+  assert set(summary["final"]) == {a[0] for a in prm_exp.arms(prm_configs.get_config("tiny"))}
+  rows = summary["compounding"]["rows"]
+  assert rows[0]["T"] == 1 and rows[0]["measured"] == pytest.approx(rows[0]["a"], abs=0.2)
