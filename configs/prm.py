@@ -6,7 +6,7 @@
 `get_config(arg)` starts from the experiment's `default_config()`; its `grpo` field is a
 GRPO config (`grpo.default_config()` on RunningSum-v0 with a `prm` block) that can also
 be trained alone. Variants: none (N=6 terms mod 5, T=24, 150 updates), "small" (N=4,
-T=16, 60 updates: the whole experiment in <= 10 minutes on 2 CPU cores), "tiny" (tests).
+T=16, 150 updates: the whole experiment in <= 10 minutes on 2 CPU cores), "tiny" (tests).
 """
 from credit_jax.experiments import prm as prm_experiment
 
@@ -18,9 +18,9 @@ def get_config(arg=None):
   if arg == "small":
     g.env_kwargs = dict(num_terms=4, modulus=5, horizon=16)
     g.horizon = 16
-    g.num_updates = 60
-    g.chunk_updates = 20
-    g.checkpoint_every = 20
+    g.num_updates = 150
+    g.chunk_updates = 50
+    g.checkpoint_every = 50
     c.compounding_episodes = 128
     c.label_episodes = 64
   elif arg == "tiny":

@@ -25,6 +25,10 @@ Metrics: `loss` and the surrogate's pieces averaged over the minibatch steps, `r
 task.
 
 Hyperparameters in `hparams` (traced): lr, clip_eps, ent_coef, kl_coef, max_grad_norm.
+
+Optional process-reward shaping: a config with an enabled `prm` block (`credit_jax/prm.py`,
+`configs/prm.py`) scores episodes by `prm_outcome_weight * return + prm_weight * agg PRM`
+(two more traced hparams), keeps the PRM in `aux["prm_params"]` and logs its metrics.
 """
 from __future__ import annotations
 

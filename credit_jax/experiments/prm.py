@@ -7,7 +7,9 @@ demonstrator's steps (`credit_jax/prm.py`). Three parts:
   A. arms over training, `seeds` seeds each (vmapped, arms of one program vmapped too):
      outcome-only; outcome + w * PRM in sum form and min form (softmin, PURE) for each w
      of `weights`; PRM-only (sum and min); sum form with the PRM retrained every
-     `retrain_every` updates on the current policy's steps (ground-truth labels).
+     `retrain_every` updates on the current policy's steps (ground-truth labels); min
+     form retrained likewise for each w; outcome-only and min form with Dr. GRPO
+     advantages (no std division, so a small w stays small next to the outcome).
      Logged per update: true success, PRM-rated score (mean P(good) over the policy's
      steps), true step accuracy and their gap, padding and surface-feature fractions.
   B. labels: held-out accuracy/calibration of PRMs trained on truth, MC (hard, soft) and
@@ -71,18 +73,24 @@ def validate_config(c) -> None:
 
 
 def num_seeds(c) -> int:
-  return int(c.seeds) * (2 + 2 * len(c.weights))
+  return int(c.seeds) * max(2 + len(c.weights), len(c.weights))   # the largest group
 
 
 def arms(c):
-  """[(name, form, retrain_every, weight, outcome_weight)]."""
-  out = [("outcome", "sum", 0, 0.0, 1.0)]
-  out += [(f"sum w={w:g}", "sum", 0, w, 1.0) for w in c.weights]
-  out += [("PRM-only sum", "sum", 0, 1.0, 0.0)]
-  out += [(f"min w={w:g}", "min", 0, w, 1.0) for w in c.weights]
-  out += [("PRM-only min", "min", 0, 1.0, 0.0)]
+  """[(name, form, retrain_every, weight, outcome_weight, advantage)]."""
+  adv = str(c.grpo.advantage)
+  out = [("outcome", "sum", 0, 0.0, 1.0, adv)]
+  out += [(f"sum w={w:g}", "sum", 0, w, 1.0, adv) for w in c.weights]
+  out += [("PRM-only sum", "sum", 0, 1.0, 0.0, adv)]
+  out += [(f"min w={w:g}", "min", 0, w, 1.0, adv) for w in c.weights]
+  out += [("PRM-only min", "min", 0, 1.0, 0.0, adv)]
   out += [(f"sum w={max(c.weights):g} retrain", "sum", int(c.retrain_every),
-           max(c.weights), 1.0)]
+           max(c.weights), 1.0, adv)]
+  out += [(f"min w={w:g} retrain", "min", int(c.retrain_every), w, 1.0, adv)
+          for w in c.weights]
+  # Without GRPO's std division a small w stays small next to the outcome.
+  out += [("outcome drgrpo", "min", 0, 0.0, 1.0, "drgrpo")]
+  out += [(f"min w={w:g} drgrpo", "min", 0, w, 1.0, "drgrpo") for w in c.weights]
   return out
 
 
@@ -99,10 +107,10 @@ def part_a(c, log) -> Dict[str, Dict[str, np.ndarray]]:
   results = {}
   groups = {}
   for arm in arms(c):
-    groups.setdefault((arm[1], arm[2]), []).append(arm)
-  for (form, retrain), members in groups.items():
+    groups.setdefault((arm[1], arm[2], arm[5]), []).append(arm)
+  for (form, retrain, advantage), members in groups.items():
     g = ml_collections.ConfigDict(c.grpo.to_dict())
-    g.prm.form, g.prm.retrain_every = form, retrain
+    g.prm.form, g.prm.retrain_every, g.advantage = form, retrain, advantage
     train = cj.algos.make_train(g)
     s, a = int(c.seeds), len(members)
     hp = {k: jnp.full((a * s,), v, jnp.float32) for k, v in train.default_hparams.items()}
