@@ -214,10 +214,10 @@ def _figures(c, res_a, res_b, res_c, workdir):
             "surface_wrong_frac")
   fig, axes = plt.subplots(2, 3, figsize=(15, 8))
   for ax, k in zip(axes.flat, panels):
-    for name, r in res_a.items():
+    for i, (name, r) in enumerate(res_a.items()):
       mean, half = ci95(r[k])
       x = (np.arange(mean.shape[0]) + 1) * steps
-      ax.plot(x, mean, label=name)
+      ax.plot(x, mean, label=name, linestyle="-" if i < 10 else "--")  # 10 colours
       ax.fill_between(x, mean - half, mean + half, alpha=0.2)
     ax.set_title(k)
     ax.set_xlabel("env steps")
