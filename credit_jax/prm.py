@@ -234,6 +234,8 @@ def evaluate(net: PRM, params, obs, actions, truth, valid, num_bins: int = 10):
   Returns dict of []: `accuracy` (threshold 0.5), `bce`, `ece` (expected calibration
   error over `num_bins` equal-width probability bins), `mean_prob`, `base_rate`.
   """
+  if truth.shape != valid.shape or truth.ndim != 1:
+    raise ValueError(f"truth {truth.shape} and valid {valid.shape} must both be [S]")
   logits = net.apply(params, obs, actions)
   prob = jax.nn.sigmoid(logits)
   w = valid.astype(jnp.float32)
@@ -349,6 +351,9 @@ def compounding(per_step_correct, valid):
   Returns (per-step accuracy a [], fraction of trajectories judged right at every step
   []), to compare the latter with a^T.
   """
+  if per_step_correct.shape != valid.shape or per_step_correct.ndim != 2:
+    raise ValueError(f"per_step_correct {per_step_correct.shape} and valid "
+                     f"{valid.shape} must both be [T, B]")
   w = valid.astype(jnp.float32)
   a = jnp.sum(per_step_correct * w) / jnp.maximum(jnp.sum(w), 1.0)
   whole = jnp.all(jnp.logical_or(per_step_correct, ~valid), axis=0)

@@ -73,7 +73,8 @@ def validate_config(c) -> None:
 
 
 def num_seeds(c) -> int:
-  return int(c.seeds) * max(2 + len(c.weights), len(c.weights))   # the largest group
+  """Runs vmapped in one compiled call (for launch.configure_process)."""
+  return int(c.seeds) * (2 + len(c.weights))   # the largest vmapped group of arms
 
 
 def arms(c):
