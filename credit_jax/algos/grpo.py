@@ -25,6 +25,10 @@ Metrics: `loss` and the surrogate's pieces averaged over the minibatch steps, `r
 task.
 
 Hyperparameters in `hparams` (traced): lr, clip_eps, ent_coef, kl_coef, max_grad_norm.
+
+Optional process-reward shaping: a config with an enabled `prm` block (`credit_jax/prm.py`,
+`configs/prm.py`) scores episodes by `prm_outcome_weight * return + prm_weight * agg PRM`
+(two more traced hparams), keeps the PRM in `aux["prm_params"]` and logs its metrics.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ import jax.numpy as jnp
 import ml_collections
 
 import credit_jax as cj
-from credit_jax import networks, rollout
+from credit_jax import networks, prm, rollout
 from credit_jax.algos import common, episodes, losses
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "kl_coef", "max_grad_norm")
@@ -80,6 +84,8 @@ def validate_fields(config) -> None:
   req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
   for f in ("ent_coef", "kl_coef"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+  if config.get("prm") is not None:   # optional PRM shaping (credit_jax/prm.py)
+    prm.validate_config(config.prm, req)
 
 
 def validate_config(config) -> None:
@@ -112,13 +118,16 @@ def make_train(config) -> common.Train:
   with_success = episodes.has_success(config)
   use_kl = bool(config.use_reference_kl)
   kind, agg = str(config.advantage), str(config.loss_aggregation)
+  shaper = prm.make_shaper(config, env, env_params)   # None unless config.prm.enabled
 
   def init_fn(key, hp):
     # The reference policy is the initial one, frozen; it rides in the state so a
     # resumed run penalises the same reference.
-    return common.init_train_state(
-        network, key, obs_shape, hp, optimizer,
-        lambda params: {"ref_params": params} if use_kl else {})
+    def aux_fn(params, *keys):
+      aux = {"ref_params": params} if use_kl else {}
+      return {**aux, **shaper.init(keys[0])} if shaper is not None else aux
+    return common.init_train_state(network, key, obs_shape, hp, optimizer, aux_fn,
+                                   aux_keys=1 if shaper is not None else 0)
 
   def loss_fn(params, mb, ref_params, hp):
     logits, _ = network.apply(params, mb["obs"])                       # [T, n, K, A]
@@ -145,12 +154,17 @@ def make_train(config) -> common.Train:
                                   num_tasks, group, horizon)            # [T, N, K]
     valid = traj.valid
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
-    adv, degenerate = cj.group_advantages(returns, kind=kind)          # [N, K], [N]
+    aux, prm_metrics = state.aux, {}
+    scores = returns
+    if shaper is not None:   # PRM shaping (prm.py): outcome_w * outcome + w * agg PRM
+      scores, aux, prm_metrics = shaper.shape(state.aux, traj, returns, hp,
+                                              jax.random.fold_in(k_perm, 1), state.update)
+    adv, degenerate = cj.group_advantages(scores, kind=kind)           # [N, K], [N]
     step_adv = jnp.broadcast_to(adv[None], valid.shape)                # [T, N, K]
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "advantages": step_adv, "valid": valid}
     lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-    ref_params = state.aux.get("ref_params")
+    ref_params = aux.get("ref_params")
 
     # Minibatches split the task axis (axis 1), so every group stays whole.
     params, opt_state, metrics = common.minibatch_epochs(
@@ -162,12 +176,14 @@ def make_train(config) -> common.Train:
     metrics.update({
         "lr": lr, "return": returns.mean(),
         "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
-        "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()})
+        "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean(),
+        **prm_metrics})
     return common.TrainState(params=params, opt_state=opt_state, key=key,
-                             update=state.update + 1, aux=state.aux), metrics
+                             update=state.update + 1, aux=aux), metrics
 
   return common.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
-      default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
+      default_hparams={**{k: config[k] for k in HPARAMS},
+                       **(shaper.hparams if shaper is not None else {})}, num_updates=n_updates,
       env_steps_per_update=num_tasks * group * horizon,
       headline=(("success",) if with_success else ("return",)) + ("degenerate_frac",))

@@ -27,6 +27,7 @@ from credit_jax.envs.bitflip import BitFlip
 from credit_jax.envs.goal import GoalEnvMixin
 from credit_jax.envs.goalgrid import GoalGrid
 from credit_jax.envs.keychain import KeyChain
+from credit_jax.envs.runningsum import RunningSum
 from credit_jax.envs.textedit import TextEdit
 from credit_jax.envs.wrappers import DesiredGoalWrapper, HistoryState, HistoryWrapper
 
@@ -35,6 +36,7 @@ _REGISTRY: Dict[str, type] = {
     "BitFlip-v0": BitFlip,
     "GoalGrid-v0": GoalGrid,
     "TextEdit-v0": TextEdit,
+    "RunningSum-v0": RunningSum,
 }
 
 
@@ -96,6 +98,6 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 
 __all__ = [
     "BitFlip", "CreditEnv", "DesiredGoalWrapper", "GoalEnvMixin", "GoalGrid",
-    "HistoryState", "HistoryWrapper", "KeyChain", "TextEdit", "make", "overrides_of",
-    "registered_envs",
+    "HistoryState", "HistoryWrapper", "KeyChain", "RunningSum", "TextEdit", "make",
+    "overrides_of", "registered_envs",
 ]

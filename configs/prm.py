@@ -1,0 +1,46 @@
+"""The PRM experiment (issue 19, exercise 4): `credit_jax/experiments/prm.py`.
+
+  python3 scripts/prm.py --config=configs/prm.py --workdir=/tmp/prm
+  python3 scripts/prm.py --config=configs/prm.py:small --workdir=/tmp/prm_s
+
+`get_config(arg)` starts from the experiment's `default_config()`; its `grpo` field is a
+GRPO config (`grpo.default_config()` on RunningSum-v0 with a `prm` block) that can also
+be trained alone. Variants: none (N=6 terms mod 5, T=24, 150 updates), "small" (N=4,
+T=16, 150 updates: the whole experiment in <= 10 minutes on 2 CPU cores), "tiny" (tests).
+"""
+from credit_jax.experiments import prm as prm_experiment
+
+
+def get_config(arg=None):
+  """Returns the experiment config; `arg` picks a variant (None, "small" or "tiny")."""
+  c = prm_experiment.default_config()
+  g = c.grpo
+  if arg == "small":
+    g.env_kwargs = dict(num_terms=4, modulus=5, horizon=16)
+    g.horizon = 16
+    g.num_updates = 150
+    g.chunk_updates = 50
+    g.checkpoint_every = 50
+    c.compounding_episodes = 128
+    c.label_episodes = 64
+  elif arg == "tiny":
+    g.env_kwargs = dict(num_terms=2, modulus=3, horizon=4)
+    g.horizon = 4
+    g.num_updates = 3
+    g.num_tasks = 4
+    g.group_size = 2
+    g.num_minibatches = 1
+    g.chunk_updates = 3
+    g.checkpoint_every = 3
+    g.prm.demo_episodes = 16
+    g.prm.train_steps = 5
+    g.prm.batch_size = 16
+    c.seeds = 2
+    c.weights = (0.5,)
+    c.compounding_T = (1, 5)
+    c.compounding_episodes = 8
+    c.label_episodes = 8
+    c.mc_N = (1, 4)
+  elif arg:
+    raise ValueError(f"unknown variant {arg!r}; use none, 'small' or 'tiny'")
+  return c

@@ -1,0 +1,382 @@
+"""Process reward models (PRMs): step labels, training, calibration, and reward shaping.
+
+A PRM here is a small MLP over (observation, step action) -> P(step is good). Its labels
+come from one of (`config.prm.labels`):
+  "truth":   the environment's per-step ground truth (`info["step_correct"]`);
+  "mc_hard": Monte-Carlo (Math-Shepherd style): `mc_rollouts` completions are run from
+             the state after the step (environment-state restore: the state is a pytree,
+             copied); the label is 1 iff any of them succeeds;
+  "mc_soft": the fraction of them that succeed;
+  "outcome": outcome labels only (an implicit PRM, PRIME style): every step of a
+             trajectory gets its trajectory's outcome.
+Its training data is written by a demonstrator (`demo_policy`) that is right with
+probability `demo_correct`, pads with probability `demo_pad` and uses the surface
+feature (RunningSum's style bit) mostly on right steps, so a PRM can learn a shortcut.
+
+Shaping (`make_shaper`, used by GRPO when `config.prm.enabled`): an episode's score is
+    outcome_weight * outcome + weight * agg_t PRM(o_t, a_t)
+with `form` "sum" (sum over the episode's steps: pays for padding) or "min" (softmin over
+steps with temperature `tau`, PURE arXiv 2504.15275: credit is the worst step). `weight`
+and `outcome_weight` are traced hparams (`prm_weight`, `prm_outcome_weight`). The PRM's
+parameters ride in the train state (`aux["prm_params"]`) and may be retrained every
+`retrain_every` updates on the current policy's steps with `retrain_labels`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, NamedTuple, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+LABELS = ("truth", "mc_hard", "mc_soft", "outcome")
+RETRAIN_LABELS = ("truth", "outcome")
+FORMS = ("sum", "min")
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """The `config.prm` block: PRM labels, training, and how it shapes rewards."""
+  c = ml_collections.ConfigDict()
+  c.enabled = True                # build a PRM and log its metrics (shaping needs weight > 0)
+  c.weight = 0.0                  # w: shaping weight of the PRM term (traced hparam prm_weight)
+  c.outcome_weight = 1.0          # weight of the outcome reward (traced; 0: PRM-only)
+  c.form = "sum"                  # aggregation over steps: sum | min (softmin, PURE)
+  c.tau = 0.1                     # softmin temperature of the min form
+  c.labels = "truth"              # initial labels: truth | mc_hard | mc_soft | outcome
+  c.mc_rollouts = 8               # N completions per step for the mc_* labels
+  c.hidden_sizes = (32,)          # PRM MLP hidden layers
+  c.demo_episodes = 256           # demonstrator episodes the initial PRM trains on
+  c.demo_correct = 0.7            # P(demonstrator's progress step is right)
+  c.demo_pad = 0.1                # P(demonstrator pads a step)
+  c.demo_style_good = 0.9         # P(surface feature | right step) in the demo data
+  c.demo_style_bad = 0.1          # P(surface feature | wrong step) in the demo data
+  c.train_steps = 300             # Adam steps of the initial PRM training
+  c.batch_size = 256              # PRM minibatch (steps)
+  c.lr = 3e-3                     # PRM learning rate
+  c.retrain_every = 0             # retrain on the current policy's steps every N updates (0: never)
+  c.retrain_labels = "truth"      # labels for retraining: truth | outcome
+  c.retrain_steps = 100           # Adam steps per retraining
+  return c
+
+
+def validate_config(prm_config, require: Callable) -> None:
+  """Checks the `config.prm` block with `require(cond, field, message)`."""
+  p = prm_config
+  require(p.form in FORMS, "prm.form", f"must be one of {FORMS}, got {p.form!r}")
+  require(p.labels in LABELS, "prm.labels", f"must be one of {LABELS}, got {p.labels!r}")
+  require(p.retrain_labels in RETRAIN_LABELS, "prm.retrain_labels",
+          f"must be one of {RETRAIN_LABELS}, got {p.retrain_labels!r}")
+  require(p.tau > 0, "prm.tau", f"must be > 0, got {p.tau}")
+  for f in ("mc_rollouts", "demo_episodes", "train_steps", "batch_size",
+            "retrain_steps"):
+    require(int(p[f]) >= 1, f"prm.{f}", f"must be >= 1, got {p[f]}")
+  require(int(p.retrain_every) >= 0, "prm.retrain_every", "must be >= 0")
+  for f in ("demo_correct", "demo_pad", "demo_style_good", "demo_style_bad"):
+    require(0.0 <= p[f] <= 1.0, f"prm.{f}", f"must be in [0, 1], got {p[f]}")
+
+
+class PRM(nn.Module):
+  """MLP: (obs [..., D], action [...] int) -> logit [...] of P(step is good)."""
+  num_actions: int
+  hidden_sizes: tuple = (32,)
+
+  @nn.compact
+  def __call__(self, obs, actions):
+    x = jnp.concatenate([obs, jax.nn.one_hot(actions, self.num_actions)], axis=-1)
+    for h in self.hidden_sizes:
+      x = nn.tanh(nn.Dense(h)(x))
+    return nn.Dense(1)(x)[..., 0]
+
+
+def init_prm(net: PRM, key, obs_dim: int):
+  return net.init(key, jnp.zeros((obs_dim,)), jnp.zeros((), jnp.int32))
+
+
+# ---------------------------------------------------------------------------- data
+def demo_policy(env, correct: float, pad: float, style_good: float, style_bad: float):
+  """A RunningSum demonstrator `(key, state) -> [] int32 action` (reads the true state)."""
+  m = env.modulus
+
+  def policy(key, state):
+    k_pad, k_ok, k_val, k_style = jax.random.split(key, 4)
+    right = env.correct_value(state)
+    value = jnp.where(jax.random.uniform(k_ok) < correct, right,
+                      jax.random.randint(k_val, (), 0, m))
+    is_pad = jax.random.uniform(k_pad) < pad
+    u = jnp.where(is_pad, m, value)
+    good = jnp.where(is_pad, state.claimed == state.true_sum, value == right)
+    style = jax.random.uniform(k_style) < jnp.where(good, style_good, style_bad)
+    return (style.astype(jnp.int32) * (m + 1) + u).astype(jnp.int32)
+  return policy
+
+
+def uniform_policy(num_actions: int):
+  """`(key, state) -> [] int32` uniform over actions (for the analytic MC check)."""
+  return lambda key, state: jax.random.randint(key, (), 0, num_actions)
+
+
+def run_episodes(env, env_params, policy, key, states, num_steps: int):
+  """Steps every state of `states` (leading axis B) `num_steps` times without reset.
+
+  A finished episode (terminated, or at the time limit) stays frozen. Returns a dict of
+  `[num_steps, B]` arrays (obs acted on, actions, valid, rewards, info entries), the
+  post-step states (leading axes `[num_steps, B]`) and `success: [B]` (reward > 0 seen).
+  """
+  def one(state, k):
+    done = jnp.logical_or(env.is_terminated(state, env_params),
+                          state.time >= env_params.max_steps_in_episode)
+    k_act, k_env = jax.random.split(k)
+    action = policy(k_act, state)
+    obs = env.get_obs(state)
+    _, nxt, reward, _, info = env.step_env(k_env, state, action, env_params)
+    nxt = jax.tree.map(lambda a, b: jnp.where(done, a, b), state, nxt)
+    valid = jnp.logical_not(done)
+    out = {"obs": obs, "actions": action, "valid": valid,
+           "rewards": jnp.where(valid, reward, 0.0), **info}
+    return nxt, (out, nxt)
+
+  def batched(state, k):
+    keys = jax.random.split(k, jax.tree.leaves(state)[0].shape[0])
+    return jax.vmap(one)(state, keys)
+
+  _, (out, post) = jax.lax.scan(batched, states, jax.random.split(key, num_steps))
+  out["success"] = jnp.any(out["rewards"] > 0, axis=0)
+  return out, post
+
+
+def mc_labels(env, env_params, policy, states, key, num_rollouts: int, num_steps: int,
+              step_rewards=None):
+  """Monte-Carlo step labels from post-step `states` (leading axis B).
+
+  Runs `num_rollouts` completions of `policy` from each state (a copy of it: the env
+  state is restored) for `num_steps` steps. A state whose episode already ended (the
+  step terminated it) is labelled by that step's reward, `step_rewards: [B]` (zeros when
+  None). Returns `(hard [B], soft [B])`: any completion succeeded; the fraction that did.
+  """
+  b = jax.tree.leaves(states)[0].shape[0]
+  rep = jax.tree.map(lambda x: jnp.repeat(x, num_rollouts, axis=0), states)
+  out, _ = run_episodes(env, env_params, policy, key, rep, num_steps)
+  wins = out["success"].reshape(b, num_rollouts).astype(jnp.float32)
+  ended = jax.vmap(lambda s: env.is_terminated(s, env_params))(states)
+  final = (jnp.zeros((b,)) if step_rewards is None else
+           (jnp.asarray(step_rewards) > 0).astype(jnp.float32))
+  hard = jnp.where(ended, final, jnp.max(wins, axis=1))
+  return hard, jnp.where(ended, final, jnp.mean(wins, axis=1))
+
+
+def demo_data(env, env_params, pc, key, num_episodes: int):
+  """Demonstrator steps with all four kinds of labels, flattened to `[S]` arrays."""
+  policy = demo_policy(env, pc.demo_correct, pc.demo_pad, pc.demo_style_good,
+                       pc.demo_style_bad)
+  k_reset, k_run, k_mc = jax.random.split(key, 3)
+  _, states = jax.vmap(env.reset_env, in_axes=(0, None))(
+      jax.random.split(k_reset, num_episodes), env_params)
+  horizon = int(env_params.max_steps_in_episode)
+  out, post = run_episodes(env, env_params, policy, k_run, states, horizon)
+  flat = lambda x: x.reshape((-1,) + x.shape[2:])
+  data = {k: flat(out[k]) for k in ("obs", "actions", "valid", "step_correct",
+                                    "padding", "surface")}
+  data["outcome"] = flat(jnp.broadcast_to(out["success"][None], out["valid"].shape)
+                         ).astype(jnp.float32)
+  if pc.labels in ("mc_hard", "mc_soft"):
+    hard, soft = mc_labels(env, env_params, policy, jax.tree.map(flat, post), k_mc,
+                           int(pc.mc_rollouts), horizon, flat(out["rewards"]))
+    data["mc_hard"], data["mc_soft"] = hard, soft
+  data["truth"] = data["step_correct"].astype(jnp.float32)
+  return data
+
+
+# ------------------------------------------------------------------------ training
+def bce(logits, labels):
+  """Binary cross-entropy with (possibly soft) labels; elementwise."""
+  return optax.sigmoid_binary_cross_entropy(logits, labels)
+
+
+def train_prm(net: PRM, params, data: Dict[str, jax.Array], labels: jax.Array, key,
+              num_steps: int, batch_size: int, lr: float):
+  """`num_steps` Adam steps on minibatches of the `[S]` steps in `data`.
+
+  Args:
+    data: `obs [S, D]`, `actions [S]`, `valid [S]` (weights: invalid steps ignored).
+    labels: [S] float32 in [0, 1].
+  Returns:
+    (params, losses [num_steps]).
+  """
+  n = labels.shape[0]
+  if data["obs"].shape[0] != n or data["actions"].shape != (n,):
+    raise ValueError(f"labels [S={n}] do not match obs {data['obs'].shape} / actions "
+                     f"{data['actions'].shape}")
+  opt = optax.adam(lr)
+  weights = data["valid"].astype(jnp.float32)
+
+  def loss_fn(p, idx):
+    logits = net.apply(p, data["obs"][idx], data["actions"][idx])
+    w = weights[idx]
+    return jnp.sum(bce(logits, labels[idx]) * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+  def step(carry, k):
+    p, s = carry
+    idx = jax.random.randint(k, (batch_size,), 0, n)
+    loss, g = jax.value_and_grad(loss_fn)(p, idx)
+    upd, s = opt.update(g, s, p)
+    return (optax.apply_updates(p, upd), s), loss
+
+  (params, _), losses = jax.lax.scan(step, (params, opt.init(params)),
+                                     jax.random.split(key, num_steps))
+  return params, losses
+
+
+def evaluate(net: PRM, params, obs, actions, truth, valid, num_bins: int = 10):
+  """Held-out quality of a PRM against ground truth, over valid steps `[S]`.
+
+  Returns dict of []: `accuracy` (threshold 0.5), `bce`, `ece` (expected calibration
+  error over `num_bins` equal-width probability bins), `mean_prob`, `base_rate`.
+  """
+  if truth.shape != valid.shape or truth.ndim != 1:
+    raise ValueError(f"truth {truth.shape} and valid {valid.shape} must both be [S]")
+  logits = net.apply(params, obs, actions)
+  prob = jax.nn.sigmoid(logits)
+  w = valid.astype(jnp.float32)
+  tot = jnp.maximum(jnp.sum(w), 1.0)
+  truth = truth.astype(jnp.float32)
+  acc = jnp.sum(((prob > 0.5) == (truth > 0.5)) * w) / tot
+  bins = jnp.clip((prob * num_bins).astype(jnp.int32), 0, num_bins - 1)
+  onehot = jax.nn.one_hot(bins, num_bins) * w[:, None]
+  cnt = jnp.sum(onehot, 0)
+  gap = jnp.abs(jnp.sum(onehot * prob[:, None], 0) - jnp.sum(onehot * truth[:, None], 0))
+  return {"accuracy": acc, "bce": jnp.sum(bce(logits, truth) * w) / tot,
+          "ece": jnp.sum(gap) / tot, "mean_prob": jnp.sum(prob * w) / tot,
+          "base_rate": jnp.sum(truth * w) / tot, "bin_count": cnt}
+
+
+# ------------------------------------------------------------------------- shaping
+def aggregate(prm_probs, valid, form: str, tau: float = 0.1):
+  """Aggregates per-step PRM scores `[T, B...]` over valid steps -> `[B...]`.
+
+  "sum": sum_t p_t. "min": softmin_t p_t = sum_t p_t softmax(-p / tau)_t (-> min as
+  tau -> 0). An episode with no valid step scores 0.
+  """
+  if prm_probs.shape != valid.shape:
+    raise ValueError(f"prm_probs {prm_probs.shape} and valid {valid.shape} differ")
+  if form == "sum":
+    return jnp.sum(jnp.where(valid, prm_probs, 0.0), axis=0)
+  if form == "min":
+    z = jnp.where(valid, -prm_probs / tau, -jnp.inf)
+    zmax = jnp.max(z, axis=0, keepdims=True)
+    e = jnp.where(valid, jnp.exp(z - jnp.where(jnp.isfinite(zmax), zmax, 0.0)), 0.0)
+    den = jnp.sum(e, axis=0)
+    return jnp.where(den > 0, jnp.sum(e * prm_probs, 0) / jnp.maximum(den, 1e-30), 0.0)
+  raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+
+
+def shaped_scores(outcome, prm_probs, valid, weight, outcome_weight, form: str,
+                  tau: float = 0.1):
+  """Episode scores `[B...]`: outcome_weight * outcome [B...] + weight * aggregate."""
+  return outcome_weight * outcome + weight * aggregate(prm_probs, valid, form, tau)
+
+
+class Shaper(NamedTuple):
+  init: Callable        # key -> {"prm_params": ...}
+  shape: Callable       # (aux, traj, returns, hp, key, update) -> (scores, aux, metrics)
+  hparams: Dict[str, float]
+
+
+def make_shaper(config, env, env_params) -> Optional[Shaper]:
+  """The PRM shaping hook for a recipe, or None when `config` has no enabled `prm`."""
+  pc = config.get("prm")
+  if pc is None or not pc.enabled:
+    return None
+  base_env = env
+  if int(config.get("history_window", 0) or 0) > 0:
+    raise ValueError("config.prm: the PRM reads single observations; set history_window=0")
+  if not hasattr(base_env, "correct_value"):
+    raise ValueError(f"config.prm needs a step-verifiable env (RunningSum-v0), got "
+                     f"{config.env_name}")
+  net = PRM(num_actions=env.num_actions, hidden_sizes=tuple(pc.hidden_sizes))
+  obs_dim = base_env.obs_shape[0]
+  form, tau = str(pc.form), float(pc.tau)
+  retrain_every = int(pc.retrain_every)
+
+  def init(key):
+    k_init, k_data, k_train = jax.random.split(key, 3)
+    params = init_prm(net, k_init, obs_dim)
+    data = demo_data(base_env, env_params, pc, k_data, int(pc.demo_episodes))
+    params, _ = train_prm(net, params, data, data[pc.labels], k_train,
+                          int(pc.train_steps), int(pc.batch_size), float(pc.lr))
+    return {"prm_params": params}
+
+  def shape(aux, traj, returns, hp, key, update):
+    params = aux["prm_params"]
+    valid = traj.valid
+    probs = jax.nn.sigmoid(net.apply(params, traj.obs, traj.actions))   # [T, N, K]
+    scores = shaped_scores(returns, probs, valid, hp["prm_weight"],
+                           hp["prm_outcome_weight"], form, tau)
+    info = traj.info
+    w = valid.astype(jnp.float32)
+    tot = jnp.maximum(jnp.sum(w), 1.0)
+    mean = lambda x: jnp.sum(x.astype(jnp.float32) * w) / tot
+    correct = info["step_correct"]
+    surface = jnp.logical_and(info["surface"], valid)
+    metrics = {
+        "prm_score": mean(probs), "step_accuracy": mean(correct),
+        "prm_gap": mean(probs) - mean(correct), "padding_frac": mean(info["padding"]),
+        "surface_frac": mean(info["surface"]),
+        "surface_wrong_frac": jnp.sum(surface & ~correct) / jnp.maximum(
+            jnp.sum(surface), 1.0),
+        "prm_accuracy": mean((probs > 0.5) == correct),
+        "shaped_score": jnp.mean(scores)}
+    if retrain_every > 0:
+      flat = lambda x: x.reshape((-1,) + x.shape[3:])
+      labels = (correct.astype(jnp.float32) if pc.retrain_labels == "truth" else
+                jnp.broadcast_to(returns[None] > 0, valid.shape).astype(jnp.float32))
+      data = {"obs": flat(traj.obs), "actions": flat(traj.actions), "valid": flat(valid)}
+      now = jnp.logical_and(update > 0, update % retrain_every == 0)
+      params = jax.lax.cond(
+          now, lambda p: train_prm(net, p, data, flat(labels), key, int(pc.retrain_steps),
+                                   int(pc.batch_size), float(pc.lr))[0],
+          lambda p: p, params)
+      metrics["prm_retrained"] = now.astype(jnp.float32)
+    return scores, {**aux, "prm_params": params}, metrics
+
+  return Shaper(init=init, shape=shape,
+                hparams={"prm_weight": float(pc.weight),
+                         "prm_outcome_weight": float(pc.outcome_weight)})
+
+
+def compounding(per_step_correct, valid):
+  """Whole-trajectory judgement from per-step judgements `[T, B]` (bool, right or not).
+
+  Returns (per-step accuracy a [], fraction of trajectories judged right at every step
+  []), to compare the latter with a^T.
+  """
+  if per_step_correct.shape != valid.shape or per_step_correct.ndim != 2:
+    raise ValueError(f"per_step_correct {per_step_correct.shape} and valid "
+                     f"{valid.shape} must both be [T, B]")
+  w = valid.astype(jnp.float32)
+  a = jnp.sum(per_step_correct * w) / jnp.maximum(jnp.sum(w), 1.0)
+  whole = jnp.all(jnp.logical_or(per_step_correct, ~valid), axis=0)
+  return a, jnp.mean(whole.astype(jnp.float32))
+
+
+def analytic_uniform_success(remaining_terms: int, remaining_steps: int, modulus: int,
+                             claimed_right: bool) -> float:
+  """P(success) of the uniform policy on RunningSum from a state (for tests).
+
+  Each step is progress w.p. p = M / (M + 1); success needs the `n`-th progress step
+  within `r` steps and the last stated value right (1 / M); with n = 0, `claimed_right`.
+  """
+  n, r, m = remaining_terms, remaining_steps, modulus
+  if n == 0:
+    return float(claimed_right)
+  p = m / (m + 1)
+  from math import comb
+  reach = sum(comb(j - 1, n - 1) * p ** n * (1 - p) ** (j - n) for j in range(n, r + 1))
+  return float(reach / m)
+
+
+__all__ = ["PRM", "Shaper", "aggregate", "analytic_uniform_success", "compounding",
+           "default_config", "demo_data", "demo_policy", "evaluate", "make_shaper",
+           "mc_labels", "run_episodes", "shaped_scores", "train_prm", "uniform_policy",
+           "validate_config"]
