@@ -164,3 +164,41 @@ def test_gated_curriculum_learns_keychain():
   _, m = jax.jit(grpo.make_train(c))(jax.random.PRNGKey(0))
   assert float(m["curriculum_value"][-1]) == 30.0
   assert float(np.mean(m["success"][-5:])) >= 0.8
+
+
+# --- the experiment's measurements ------------------------------------------------------
+
+def test_steps_to_level_success_at_and_ci95():
+  from credit_jax.experiments import curriculum as exp
+  curve = {"env_steps": np.array([[10., 20.], [30., 40.], [50., 60.]]),
+           "success": np.array([[0.2, 0.95], [0.91, 0.5], [0.99, 0.8]])}
+  np.testing.assert_array_equal(exp.steps_to_level(curve, 0.9), [30.0, 20.0])
+  curve["success"][:, 1] = 0.1
+  assert np.isinf(exp.steps_to_level(curve, 0.9)[1])
+  np.testing.assert_allclose(exp.success_at(curve, 45.0), [0.91, 0.1])
+  assert np.isnan(exp.success_at(curve, 15.0)[1])      # seed 1 not yet evaluated
+  mean, half = exp.ci95([1.0, 2.0, 3.0, np.inf])      # t(0.975, df=2) = 4.303
+  np.testing.assert_allclose((mean, half), (2.0, 4.303 / np.sqrt(3)), rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_curriculum_experiment_smoke(tmp_path):
+  import importlib.util
+  import os
+  from credit_jax.experiments import curriculum as exp
+  path = os.path.join(os.path.dirname(__file__), "..", "configs", "curriculum.py")
+  spec = importlib.util.spec_from_file_location("curriculum_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  lines = []
+  summary = exp.run(module.get_config("smoke"), str(tmp_path), log=lines.append)
+  assert set(summary["parts"]) == {"a", "b1", "b2"}
+  rows = summary["parts"]["a"]["T=12"]
+  assert set(rows) == {"direct", "gated"}
+  # direct trains at T=12 from the start: 2 seeds x 4 updates x 16 episodes x 12 steps.
+  assert rows["direct"]["final_env_steps"] == 4 * 16 * 12
+  assert rows["gated"]["final_env_steps"] < rows["direct"]["final_env_steps"]
+  for name in ("curves_a.png", "curves_b1.png", "curves_b2.png", "summary.md",
+               "metrics.jsonl"):
+    assert (tmp_path / name).stat().st_size > 0
+  assert "solved" in summary

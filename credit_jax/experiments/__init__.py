@@ -19,4 +19,5 @@ Files are written through `report`; `scripts/<name>.py` is `cli.main(<module>)`.
 Importing these modules imports jax and numpy and nothing else: matplotlib is imported
 when a figure is drawn, and no global state (plot backend, XLA flags) is touched.
 """
-EXPERIMENTS = ("variance_scaling", "grpo_degradation", "tree_search", "hindsight")
+EXPERIMENTS = ("variance_scaling", "grpo_degradation", "tree_search", "hindsight",
+               "curriculum")

@@ -46,7 +46,9 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 
 
 def default_config() -> ml_collections.ConfigDict:
-  """The full experiment: KeyChain T = 1000, distractor phases 30 to 1000 (GPU-sized)."""
+  """The "small" run (about 10 minutes on 2 CPU cores): KeyChain T = 1000; cue delays 0,
+  20, 40 at T = 60; KeyToDoor distractor phases 30 to 1000. configs/curriculum.py:full
+  trains longer."""
   c = ml_collections.ConfigDict()
   c.seeds = 5                   # seeds vmapped side by side per run
   c.seed = 0                    # base RNG seed
@@ -69,15 +71,15 @@ def default_config() -> ml_collections.ConfigDict:
   c.a.horizon = 1000            # target KeyChain episode length T
   c.a.num_pivotal = 2           # pivotal steps k (A = 4: random success 1/16)
   c.a.stages = (20, 50, 100, 200, 500, 1000)  # curriculum lengths, the last the target
-  c.a.num_updates = 200         # updates per method
+  c.a.num_updates = 40          # updates per method
   c.a.methods = METHODS         # methods compared
 
   c.b1 = ml_collections.ConfigDict()
-  c.b1.horizon = 200            # KeyChain episode length T
+  c.b1.horizon = 60             # KeyChain episode length T
   c.b1.num_pivotal = 1          # pivotal steps k
-  c.b1.cue_delays = (0, 50, 150)  # dependency ranges (history window cue_delay + 1)
-  c.b1.num_stages = 4           # curriculum lengths: evenly from cue_delay + 2k to T
-  c.b1.num_updates = 100        # updates per run
+  c.b1.cue_delays = (0, 20, 40)  # dependency ranges (history window cue_delay + 1)
+  c.b1.num_stages = 3           # curriculum lengths: evenly from cue_delay + 2k to T
+  c.b1.num_updates = 30         # updates per run
   c.b1.methods = ("direct", "gated")  # methods compared
 
   c.b2 = ml_collections.ConfigDict()
@@ -85,7 +87,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.b2.stage_fractions = (0.0, 0.1, 0.3, 1.0)  # curriculum lengths as fractions of the target
   c.b2.apple_reward = 0.1       # mean apple reward
   c.b2.apple_noise = 0.1        # apple reward noise (std)
-  c.b2.num_updates = 100        # updates per run
+  c.b2.num_updates = 30         # updates per run
   c.b2.methods = ("direct", "gated")  # methods compared
   return c
 
