@@ -24,6 +24,13 @@ Metrics: `loss` and the surrogate's pieces averaged over the minibatch steps, `r
 (`episodes.has_success`) `success`: the fraction of the sampled episodes that solved their
 task.
 
+Curriculum (`config.curriculum`, absent by default; `curriculum.add_config(c)` adds it,
+see `credit_jax/curriculum.py`): a fixed, success-gated or prioritised (PLR) choice of the
+episode length per update, a traced env param, so one compile serves every stage; adds
+`curriculum_stage`, `curriculum_value` and `env_steps` (steps actually taken) to the
+metrics. Success is `info["success"]` where the env reports it (KeyToDoor-v0), else a
+positive return.
+
 Hyperparameters in `hparams` (traced): lr, clip_eps, ent_coef, kl_coef, max_grad_norm.
 
 Optional process-reward shaping: a config with an enabled `prm` block (`credit_jax/prm.py`,
@@ -37,7 +44,7 @@ import jax.numpy as jnp
 import ml_collections
 
 import credit_jax as cj
-from credit_jax import networks, prm, rollout
+from credit_jax import curriculum, networks, prm, rollout
 from credit_jax.algos import common, episodes, losses
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "kl_coef", "max_grad_norm")
@@ -86,6 +93,7 @@ def validate_fields(config) -> None:
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
   if config.get("prm") is not None:   # optional PRM shaping (credit_jax/prm.py)
     prm.validate_config(config.prm, req)
+  curriculum.validate(config)
 
 
 def validate_config(config) -> None:
@@ -107,7 +115,10 @@ def aggregate(x, valid, kind: str):
 def make_train(config) -> common.Train:
   """`Train` for GRPO on `config.env_name`; see `common.Train` for how to call it."""
   validate_config(config)
-  env, env_params = common.make_env(config)
+  # Curriculum hook: the env's episode length becomes a traced param set per update.
+  env, env_params = (curriculum.make_env(config) if curriculum.enabled(config)
+                     else common.make_env(config))
+  cur = curriculum.Curriculum(config, env_params) if curriculum.enabled(config) else None
   network, obs_shape = common.make_network(config, env, env_params, value_head=False)
   policy_fn = networks.make_policy_fn(network)
   num_tasks, group = int(config.num_tasks), int(config.group_size)
@@ -125,6 +136,8 @@ def make_train(config) -> common.Train:
     # resumed run penalises the same reference.
     def aux_fn(params, *keys):
       aux = {"ref_params": params} if use_kl else {}
+      if cur:
+        aux["curriculum"] = cur.init()
       return {**aux, **shaper.init(keys[0])} if shaper is not None else aux
     return common.init_train_state(network, key, obs_shape, hp, optimizer, aux_fn,
                                    aux_keys=1 if shaper is not None else 0)
@@ -150,7 +163,11 @@ def make_train(config) -> common.Train:
 
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)
-    traj = rollout.collect_groups(env, env_params, policy_fn, state.params, k_roll,
+    aux, roll_params = state.aux, env_params
+    if cur:  # curriculum hook: this update's episode length
+      stage = cur.select(aux["curriculum"], state.update, jax.random.fold_in(k_perm, 1))
+      roll_params = cur.env_params(aux["curriculum"], env_params, stage)
+    traj = rollout.collect_groups(env, roll_params, policy_fn, state.params, k_roll,
                                   num_tasks, group, horizon)            # [T, N, K]
     valid = traj.valid
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
@@ -172,7 +189,12 @@ def make_train(config) -> common.Train:
         data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
     if with_success:
-      metrics["success"] = jnp.mean((returns > 0).astype(jnp.float32))
+      metrics["success"] = jnp.mean(
+          curriculum.episode_success(traj, returns).astype(jnp.float32))
+    if cur:  # curriculum hook: promotion / priorities, and the steps actually taken
+      aux = {**aux, "curriculum": cur.observe(aux["curriculum"], stage, metrics["success"])}
+      metrics.update(cur.metrics(aux["curriculum"], stage),
+                     env_steps=jnp.sum(valid).astype(jnp.float32))
     metrics.update({
         "lr": lr, "return": returns.mean(),
         "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),

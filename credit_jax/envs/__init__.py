@@ -27,6 +27,7 @@ from credit_jax.envs.bitflip import BitFlip
 from credit_jax.envs.goal import GoalEnvMixin
 from credit_jax.envs.goalgrid import GoalGrid
 from credit_jax.envs.keychain import KeyChain
+from credit_jax.envs.keytodoor import KeyToDoor
 from credit_jax.envs.runningsum import RunningSum
 from credit_jax.envs.textedit import TextEdit
 from credit_jax.envs.wrappers import DesiredGoalWrapper, HistoryState, HistoryWrapper
@@ -37,6 +38,7 @@ _REGISTRY: Dict[str, type] = {
     "GoalGrid-v0": GoalGrid,
     "TextEdit-v0": TextEdit,
     "RunningSum-v0": RunningSum,
+    "KeyToDoor-v0": KeyToDoor,
 }
 
 
@@ -66,7 +68,8 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
   """Builds environment `name` with `overrides`; returns `(env, env_params)`.
 
   Args:
-    name: a credit_jax id (`KeyChain-v0`, `BitFlip-v0`, `GoalGrid-v0`, `TextEdit-v0`)
+    name: a credit_jax id (`KeyChain-v0`, `BitFlip-v0`, `GoalGrid-v0`, `TextEdit-v0`,
+      `KeyToDoor-v0`)
       or any gymnax id (`CartPole-v1`, ...).
     **overrides: constructor options and/or params fields (see `overrides_of`).
   Raises:
@@ -98,6 +101,6 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 
 __all__ = [
     "BitFlip", "CreditEnv", "DesiredGoalWrapper", "GoalEnvMixin", "GoalGrid",
-    "HistoryState", "HistoryWrapper", "KeyChain", "RunningSum", "TextEdit", "make",
-    "overrides_of", "registered_envs",
+    "HistoryState", "HistoryWrapper", "KeyChain", "KeyToDoor", "RunningSum", "TextEdit",
+    "make", "overrides_of", "registered_envs",
 ]
