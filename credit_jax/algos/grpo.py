@@ -24,6 +24,10 @@ Metrics: `loss` and the surrogate's pieces averaged over the minibatch steps, `r
 (`episodes.has_success`) `success`: the fraction of the sampled episodes that solved their
 task.
 
+`config.network.kind` picks the policy: "mlp" (the default when the field is absent; this
+module), or "gru" / "transformer", sequence networks that remember the episode, trained by
+`credit_jax.algos.grpo_sequence` (each episode replayed from the initial carry).
+
 Hyperparameters in `hparams` (traced): lr, clip_eps, ent_coef, kl_coef, max_grad_norm.
 """
 from __future__ import annotations
@@ -34,7 +38,7 @@ import ml_collections
 
 import credit_jax as cj
 from credit_jax import networks, rollout
-from credit_jax.algos import common, episodes, losses
+from credit_jax.algos import common, episodes, grpo_sequence, losses
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "kl_coef", "max_grad_norm")
 ADVANTAGES = ("grpo", "rloo", "drgrpo")
@@ -60,6 +64,12 @@ def default_config() -> ml_collections.ConfigDict:
   c.use_reference_kl = False      # penalise KL to the frozen initial policy
   c.kl_coef = 0.0                 # its weight, used when use_reference_kl (a traced hparam)
   c.checkpoint_every = 20         # updates between checkpoints (k * chunk_updates)
+  c.network.kind = "mlp"             # mlp | gru | transformer (credit_jax/sequence_networks.py)
+  c.network.gru_size = 64            # GRU state size (kind "gru")
+  c.network.d_model = 32             # transformer width (kind "transformer")
+  c.network.num_heads = 2            # transformer attention heads
+  c.network.num_layers = 1           # transformer blocks
+  c.network.max_len = 64             # transformer KV-cache slots = attention window
   return c
 
 
@@ -80,6 +90,7 @@ def validate_fields(config) -> None:
   req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
   for f in ("ent_coef", "kl_coef"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+  grpo_sequence.validate_network(config)
 
 
 def validate_config(config) -> None:
@@ -101,6 +112,8 @@ def aggregate(x, valid, kind: str):
 def make_train(config) -> common.Train:
   """`Train` for GRPO on `config.env_name`; see `common.Train` for how to call it."""
   validate_config(config)
+  if grpo_sequence.network_kind(config) != "mlp":   # gru | transformer: with memory
+    return grpo_sequence.make_train(config, HPARAMS, aggregate)
   env, env_params = common.make_env(config)
   network, obs_shape = common.make_network(config, env, env_params, value_head=False)
   policy_fn = networks.make_policy_fn(network)
