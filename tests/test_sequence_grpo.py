@@ -188,3 +188,13 @@ def test_reinforce_mlp_kind_is_the_unchanged_mlp_path():
   default = str(jax.make_jaxpr(algos.make_train(old))(key))
   assert str(jax.make_jaxpr(algos.make_train(c))(key)) == default
   assert len(default) > 1000
+
+
+@pytest.mark.parametrize("name", ["grpo_hindsight", "search_then_train"])
+def test_recipes_built_on_grpo_fields_refuse_sequence_networks(name):
+  c = algos.RECIPES[name].default_config()
+  assert c.network.kind == "mlp"
+  algos.validate_config(c)
+  c.network.kind = "gru"
+  with pytest.raises(common.ConfigError, match="network.kind"):
+    algos.validate_config(c)

@@ -40,11 +40,14 @@ def network_kind(config) -> str:
   return str(config.network.get("kind", "mlp"))
 
 
-def validate_network(config) -> None:
-  """The network fields; raises `ConfigError` naming the field."""
+def validate_network(config, sequence_ok: bool = True) -> None:
+  """The network fields; raises `ConfigError` naming the field. `sequence_ok=False`: the
+  recipe runs MLPs only (kind must be "mlp")."""
   req = common.require
   kind = network_kind(config)
   req(kind in NETWORK_KINDS, "network.kind", f"must be one of {NETWORK_KINDS}, got {kind!r}")
+  req(sequence_ok or kind == "mlp", "network.kind",
+      f"recipe {config.get('algo', '?')!r} runs MLP policies only, got {kind!r}")
   if kind == "mlp":
     return
   net = config.network
