@@ -31,6 +31,10 @@ episode length per update, a traced env param, so one compile serves every stage
 metrics. Success is `info["success"]` where the env reports it (KeyToDoor-v0), else a
 positive return.
 
+`config.network.kind` picks the policy: "mlp" (the default when the field is absent; this
+module), or "gru" / "transformer", sequence networks that remember the episode, trained by
+`credit_jax.algos.grpo_sequence` (each episode replayed from the initial carry).
+
 Hyperparameters in `hparams` (traced): lr, clip_eps, ent_coef, kl_coef, max_grad_norm.
 
 Optional process-reward shaping: a config with an enabled `prm` block (`credit_jax/prm.py`,
@@ -45,7 +49,7 @@ import ml_collections
 
 import credit_jax as cj
 from credit_jax import curriculum, networks, prm, rollout
-from credit_jax.algos import common, episodes, losses
+from credit_jax.algos import common, episodes, grpo_sequence, losses
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "kl_coef", "max_grad_norm")
 ADVANTAGES = ("grpo", "rloo", "drgrpo")
@@ -71,6 +75,12 @@ def default_config() -> ml_collections.ConfigDict:
   c.use_reference_kl = False      # penalise KL to the frozen initial policy
   c.kl_coef = 0.0                 # its weight, used when use_reference_kl (a traced hparam)
   c.checkpoint_every = 20         # updates between checkpoints (k * chunk_updates)
+  c.network.kind = "mlp"             # mlp | gru | transformer (credit_jax/sequence_networks.py)
+  c.network.gru_size = 64            # GRU state size (kind "gru")
+  c.network.d_model = 32             # transformer width (kind "transformer")
+  c.network.num_heads = 2            # transformer attention heads
+  c.network.num_layers = 1           # transformer blocks
+  c.network.max_len = 64             # transformer KV-cache slots = attention window
   return c
 
 
@@ -94,6 +104,13 @@ def validate_fields(config) -> None:
   if config.get("prm") is not None:   # optional PRM shaping (credit_jax/prm.py)
     prm.validate_config(config.prm, req)
   curriculum.validate(config)
+  # Recipes built on these fields (grpo_hindsight, search_then_train) run MLPs only.
+  grpo_sequence.validate_network(config, config.get("algo", "grpo") == "grpo")
+  if grpo_sequence.network_kind(config) != "mlp":
+    prm_on = config.get("prm") is not None and bool(config.prm.get("enabled", False))
+    req(not prm_on and not curriculum.enabled(config), "network.kind",
+        f"{grpo_sequence.network_kind(config)!r} networks do not support PRM shaping or a "
+        f"curriculum yet; use network.kind='mlp' with config.prm / config.curriculum")
 
 
 def validate_config(config) -> None:
@@ -115,6 +132,8 @@ def aggregate(x, valid, kind: str):
 def make_train(config) -> common.Train:
   """`Train` for GRPO on `config.env_name`; see `common.Train` for how to call it."""
   validate_config(config)
+  if grpo_sequence.network_kind(config) != "mlp":   # gru | transformer: with memory
+    return grpo_sequence.make_train(config, HPARAMS, aggregate)
   # Curriculum hook: the env's episode length becomes a traced param set per update.
   env, env_params = (curriculum.make_env(config) if curriculum.enabled(config)
                      else common.make_env(config))

@@ -20,6 +20,9 @@ Metrics: `loss` (policy loss - entropy bonus + value loss), `return` (mean episo
 return) and, where the env has success (`episodes.has_success`), `success`: the fraction
 of the sampled episodes that solved their task.
 
+`config.network.kind`: "mlp" (the default, also when absent; this module), or "gru" /
+"transformer", sequence networks trained by `credit_jax.algos.reinforce_sequence`.
+
 Hyperparameters in `hparams` (traced): lr, gamma, gae_lambda, ent_coef, vf_coef,
 max_grad_norm.
 """
@@ -31,7 +34,7 @@ import ml_collections
 
 import credit_jax as cj
 from credit_jax import networks, rollout
-from credit_jax.algos import common, episodes, losses
+from credit_jax.algos import common, episodes, grpo_sequence, losses, reinforce_sequence
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm")
 CREDITS = ("terminal", "rtg", "gae")
@@ -61,6 +64,12 @@ def default_config() -> ml_collections.ConfigDict:
 
   c.chunk_updates = 25            # updates per compiled call (one progress line each)
   c.checkpoint_every = 50         # updates between checkpoints (k * chunk_updates)
+  c.network.kind = "mlp"             # mlp | gru | transformer (credit_jax/sequence_networks.py)
+  c.network.gru_size = 64            # GRU state size (kind "gru")
+  c.network.d_model = 32             # transformer width (kind "transformer")
+  c.network.num_heads = 2            # transformer attention heads
+  c.network.num_layers = 1           # transformer blocks
+  c.network.max_len = 64             # transformer KV-cache slots = attention window
   return c
 
 
@@ -80,6 +89,7 @@ def validate_fields(config) -> None:
       f"must lie in [0, 1], got {config.gae_lambda}")
   for f in ("ent_coef", "vf_coef"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+  grpo_sequence.validate_network(config)
 
 
 def validate_config(config) -> None:
@@ -99,8 +109,10 @@ def leave_one_out_mean(x, mask):
 def make_train(config) -> common.Train:
   """`Train` for REINFORCE on `config.env_name`; see `common.Train` for how to call it."""
   validate_config(config)
-  env, env_params = common.make_env(config)
   with_value = needs_value(config)
+  if grpo_sequence.network_kind(config) != "mlp":   # gru | transformer: with memory
+    return reinforce_sequence.make_train(config, HPARAMS, with_value, leave_one_out_mean)
+  env, env_params = common.make_env(config)
   network, obs_shape = common.make_network(config, env, env_params, value_head=with_value)
   policy_fn = networks.make_policy_fn(network)
   num_envs, horizon = int(config.num_envs), int(config.horizon)

@@ -1,0 +1,161 @@
+"""GRPO with a sequence network (`config.network.kind` "gru" or "transformer").
+
+`grpo.make_train` hands configs with a sequence network here; the MLP path stays in
+`grpo.py`, untouched. What differs from it:
+
+  * the group rollout (`rollout.collect_groups` with a `SequencePolicy`) starts every
+    member's episode from the network's initial `PolicyState` (the carry reset, no
+    previous action or reward), and resets it after the episode's end;
+  * the loss replays each whole episode from the initial carry with
+    `sequence_networks.unroll` (the `K` episodes of a group are independent sequences;
+    the steps after an episode's end, invalid and masked out of the loss, start from a
+    reset carry and cannot leak into it); with the parameters that acted the replay's
+    log-probs are the rollout's (up to float rounding);
+  * the frozen reference policy of the KL penalty is replayed the same way.
+
+Advantages, loss aggregation, minibatches over whole groups (the task axis), and the
+metrics are GRPO's (see `grpo.py`). Network fields (`config.network`): `kind`; GRU:
+`hidden_sizes` (encoder MLP), `gru_size`, `activation`, `shared_torso`; transformer:
+`d_model`, `num_heads`, `num_layers`, `max_len` (cache slots = attention window; at
+least `horizon` to attend over the whole episode). The networks' value head is unused.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+import credit_jax as cj
+from credit_jax import networks, rollout
+from credit_jax import sequence_networks as sn
+from credit_jax.algos import common, episodes, losses, ppo_sequence
+from credit_jax.types import PolicyState
+
+NETWORK_KINDS = ("mlp",) + sn.KINDS
+
+
+def network_kind(config) -> str:
+  """`config.network.kind`, "mlp" when the config has no such field."""
+  return str(config.network.get("kind", "mlp"))
+
+
+def validate_network(config, sequence_ok: bool = True) -> None:
+  """The network fields; raises `ConfigError` naming the field. `sequence_ok=False`: the
+  recipe runs MLPs only (kind must be "mlp")."""
+  req = common.require
+  kind = network_kind(config)
+  req(kind in NETWORK_KINDS, "network.kind", f"must be one of {NETWORK_KINDS}, got {kind!r}")
+  req(sequence_ok or kind == "mlp", "network.kind",
+      f"recipe {config.get('algo', '?')!r} runs MLP policies only, got {kind!r}")
+  if kind == "mlp":
+    return
+  net = config.network
+  for f, default in (("gru_size", 64), ("d_model", 32), ("num_heads", 2),
+                     ("num_layers", 1), ("max_len", 64)):
+    req(int(net.get(f, default)) >= 1, f"network.{f}", f"must be >= 1, got {net.get(f)}")
+  req(int(net.get("d_model", 32)) % int(net.get("num_heads", 2)) == 0, "network.d_model",
+      f"must be divisible by network.num_heads={net.get('num_heads', 2)}")
+
+
+def replay_logits(network, params, traj_obs, prev_actions, prev_rewards, starts):
+  """Logits `[T, N, K, A]` of group episodes replayed from the initial carry.
+
+  Args:
+    traj_obs: [T, N, K, *obs_shape]; prev_actions [T, N, K] int32; prev_rewards
+      [T, N, K] float32; starts [T, N, K] bool (from `rollout.sequence_inputs`).
+  """
+  if prev_actions.ndim != 3 or starts.shape != prev_actions.shape or \
+      prev_rewards.shape != prev_actions.shape or \
+      jnp.shape(traj_obs)[:3] != prev_actions.shape:
+    raise ValueError(f"obs [T, N, K, ...], prev_actions, prev_rewards and starts "
+                     f"[T, N, K] must agree, got {jnp.shape(traj_obs)}, "
+                     f"{prev_actions.shape}, {prev_rewards.shape}, {starts.shape}")
+  carry = network.initial_carry()
+
+  def one(o, pa, pr, s):                                     # one episode [T, ...]
+    return sn.unroll(network, params, carry, o, pa, pr, s)[0]
+
+  over_members = jax.vmap(one, in_axes=1, out_axes=1)        # [T, K, ...]
+  over_tasks = jax.vmap(over_members, in_axes=1, out_axes=1)  # [T, N, K, ...]
+  return over_tasks(traj_obs, prev_actions, prev_rewards, starts)
+
+
+def make_train(config, hparam_names: Sequence[str], aggregate: Callable
+               ) -> common.Train:
+  """`Train` for GRPO with a sequence network; `grpo.make_train` calls it (validated)."""
+  env, env_params = common.make_env(config)
+  network, obs_shape = ppo_sequence.make_network(config, env, env_params)
+  policy = sn.make_sequence_policy(network, value=False)
+  num_tasks, group = int(config.num_tasks), int(config.group_size)
+  horizon = int(config.horizon)
+  n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
+  n_updates = int(config.num_updates)
+  optimizer = common.make_optimizer(config)
+  with_success = episodes.has_success(config)
+  use_kl = bool(config.use_reference_kl)
+  kind, agg = str(config.advantage), str(config.loss_aggregation)
+
+  def init_fn(key, hp):
+    k_params, k_run = jax.random.split(key)
+    params = sn.init_params(network, k_params, obs_shape)
+    opt_state = optimizer.init(params, hp["max_grad_norm"])
+    # The reference policy is the initial one, frozen, riding in the state.
+    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
+                             update=jnp.zeros((), jnp.int32),
+                             aux={"ref_params": params} if use_kl else {})
+
+  def loss_fn(params, mb, ref_params, hp):
+    inputs = (mb["obs"], mb["prev_actions"], mb["prev_rewards"], mb["starts"])
+    logits = replay_logits(network, params, *inputs)                  # [T, n, K, A]
+    log_probs = networks.categorical_log_prob(logits, mb["actions"])   # [T, n, K]
+    pg, clipped, approx_kl = losses.clipped_surrogate(
+        log_probs, mb["log_probs"], mb["advantages"], hp["clip_eps"])
+    entropy = networks.categorical_entropy(logits)
+    valid = mb["valid"]
+    loss = aggregate(pg, valid, agg) - hp["ent_coef"] * aggregate(entropy, valid, agg)
+    kl = jnp.zeros(())
+    if use_kl:
+      ref_logits = replay_logits(network, ref_params, *inputs)
+      ref_log_probs = networks.categorical_log_prob(ref_logits, mb["actions"])
+      kl = aggregate(losses.kl_to_reference(log_probs, ref_log_probs), valid, agg)
+      loss = loss + hp["kl_coef"] * kl
+    return loss, {"policy_loss": aggregate(pg, valid, agg), "kl_ref": kl,
+                  "entropy": episodes.masked_mean(entropy, valid),
+                  "clip_frac": episodes.masked_mean(clipped, valid),
+                  "approx_kl": episodes.masked_mean(approx_kl, valid)}
+
+  def update_fn(state, hp):
+    key, k_roll, k_perm = jax.random.split(state.key, 3)
+    traj = rollout.collect_groups(env, env_params, policy, state.params, k_roll,
+                                  num_tasks, group, horizon)            # [T, N, K]
+    valid = traj.valid
+    start = PolicyState(carry=None, prev_action=jnp.full((num_tasks, group), -1, jnp.int32),
+                        prev_reward=jnp.zeros((num_tasks, group), jnp.float32))
+    prev_a, prev_r, starts = rollout.sequence_inputs(traj, start)
+    returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
+    adv, degenerate = cj.group_advantages(returns, kind=kind)          # [N, K], [N]
+    data = {"obs": traj.obs, "prev_actions": prev_a, "prev_rewards": prev_r,
+            "starts": starts, "actions": traj.actions, "log_probs": traj.log_probs,
+            "advantages": jnp.broadcast_to(adv[None], valid.shape), "valid": valid}
+    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    ref_params = state.aux.get("ref_params")
+    # Minibatches split the task axis (axis 1): every group, every episode stays whole.
+    params, opt_state, metrics = common.minibatch_epochs(
+        lambda p, mb: loss_fn(p, mb, ref_params, hp), state.params, state.opt_state,
+        data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
+        max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
+    if with_success:
+      metrics["success"] = jnp.mean((returns > 0).astype(jnp.float32))
+    metrics.update({
+        "lr": lr, "return": returns.mean(),
+        "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
+        "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()})
+    return common.TrainState(params=params, opt_state=opt_state, key=key,
+                             update=state.update + 1, aux=state.aux), metrics
+
+  return common.Train(
+      config=config, init_fn=init_fn, update_fn=update_fn,
+      default_hparams={k: config[k] for k in hparam_names}, num_updates=n_updates,
+      env_steps_per_update=num_tasks * group * horizon,
+      headline=(("success",) if with_success else ("return",)) + ("degenerate_frac",))

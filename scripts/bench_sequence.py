@@ -1,0 +1,177 @@
+"""Benchmark: what sequence networks cost, printed side by side in one run.
+
+  JAX_PLATFORMS=cpu python3 scripts/bench_sequence.py
+  python3 scripts/bench_sequence.py --num_envs=64 --repeats=7       # GPU
+
+Two measurements (compile excluded everywhere: each program is compiled and run once
+before timing; the timed runs of the systems alternate, round after round, so a drift of
+a shared machine's speed hits all alike; medians of `--repeats` rounds, and for ratios
+the median of the per-round ratios):
+
+1. PPO env steps/s at T = 1000: KeyChain-v0 (T = 1000, k = 2, A = 2, cue_delay = 16, no
+   history window), `configs/ppo_gru_keychain.py` with `num_steps = 1000` (one rollout
+   window = one episode), `--num_envs` environments, 2 epochs x 2 minibatches,
+   `--updates` updates per compiled call; the same config with `network.kind` "mlp"
+   (PPO's 64-64 tanh MLP actor-critic), "gru" (64-unit encoder, 64-unit GRU, shared
+   trunk) and "transformer" (d_model 32, 2 heads, 1 layer, 64 cache slots). Target for
+   the GRU: >= 0.3 of the MLP's steps/s.
+2. Transformer acting cost per step at episode step 10 vs step 1000 (`--num_envs`
+   environments vmapped, d_model 32, 2 heads, 1 layer, `max_len` = 1024 so the whole
+   episode is in the attention window):
+   * with the KV cache: `TransformerActorCritic.step`, timed as a scan of 16 steps from
+     a carry that has taken 10 (or 1000) steps, per step; the cache has a fixed number
+     of slots, so the cost is the same at every step by construction (target <= 3x);
+   * without a cache: the step's logits recomputed from the whole history, one
+     full-sequence pass (`sequence_networks.unroll`) over the t tokens so far (a network
+     with `max_len` = t: the window is the history, the empty cache t slots).
+"""
+import statistics
+import time
+
+from absl import app
+from absl import flags
+
+from credit_jax import launch  # pylint: disable=g-bad-import-order
+
+_ENVS = flags.DEFINE_integer("num_envs", 8, "environments (PPO batch, acting batch)")
+_REPEATS = flags.DEFINE_integer("repeats", 5, "timed rounds")
+_UPDATES = flags.DEFINE_integer("updates", 2, "PPO updates per compiled call")
+_HORIZON = flags.DEFINE_integer("horizon", 1000, "KeyChain episode length T")
+_STEPS = flags.DEFINE_list("steps", ["10", "1000"], "episode steps to time acting at")
+
+SCAN = 16
+
+
+def _timed(fn, *args):
+  start = time.perf_counter()
+  import jax  # pylint: disable=import-outside-toplevel
+  jax.block_until_ready(fn(*args))
+  return time.perf_counter() - start
+
+
+def _rounds(fns, repeats):
+  """`{name: [seconds per round]}`, the systems alternating (reversed every other round)."""
+  times = {name: [] for name in fns}
+  names = list(fns)
+  for r in range(repeats):
+    for name in (names if r % 2 == 0 else names[::-1]):
+      fn, args = fns[name]
+      times[name].append(_timed(fn, *args))
+  return times
+
+
+def _paired(times, a, b):
+  return statistics.median(x / y for x, y in zip(times[a], times[b]))
+
+
+def ppo_programs(num_envs, horizon, updates):
+  """`{kind: (compiled train, (key,))}` and the compile seconds of each."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  import os  # pylint: disable=import-outside-toplevel
+  path = os.path.join(os.path.dirname(__file__), os.pardir, "configs", "ppo_gru_keychain.py")
+  spec = importlib.util.spec_from_file_location("ppo_gru_keychain", path)
+  ppo_gru_keychain = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(ppo_gru_keychain)
+  from credit_jax import algos  # pylint: disable=import-outside-toplevel
+  fns, compile_s = {}, {}
+  for kind in ("mlp", "gru", "transformer"):
+    c = ppo_gru_keychain.get_config()
+    c.env_kwargs.horizon, c.num_steps, c.num_envs = horizon, horizon, num_envs
+    c.num_minibatches, c.update_epochs = 2, 2
+    c.total_timesteps = updates * num_envs * horizon
+    c.network.kind = kind
+    if kind == "mlp":
+      c.network.hidden_sizes = (64, 64)
+    key = jax.random.PRNGKey(0)
+    start = time.perf_counter()
+    fn = jax.jit(algos.make_train(c)).lower(key).compile()
+    jax.block_until_ready(fn(key))
+    compile_s[kind] = time.perf_counter() - start
+    fns[kind] = (fn, (key,))
+  return fns, compile_s
+
+
+def acting_programs(num_envs, steps):
+  """`{(mode, t): (compiled fn, args)}`: per-step acting with and without the cache."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from credit_jax import sequence_networks as sn  # pylint: disable=import-outside-toplevel
+  obs_dim, num_actions, max_len = 8, 2, 1024
+  net = sn.TransformerActorCritic(num_actions=num_actions, max_len=max_len)
+  params = sn.init_params(net, jax.random.PRNGKey(0), (obs_dim,))
+  obs = jax.random.normal(jax.random.PRNGKey(1), (max(steps) + SCAN, num_envs, obs_dim))
+  acts = jnp.zeros((max(steps) + SCAN, num_envs), jnp.int32)
+  rews = jnp.zeros((max(steps) + SCAN, num_envs), jnp.float32)
+
+  def run_steps(params, carry, obs, acts, rews):   # [S, B, ...] -> logits [S, B, A]
+    def body(c, x):
+      c, logits, _ = jax.vmap(lambda c, o, a, r: net.apply(
+          params, c, o, a, r, method="step"))(c, *x)
+      return c, logits
+    return jax.lax.scan(body, carry, (obs, acts, rews))
+
+  run_steps = jax.jit(run_steps)
+  carry0 = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs,) + x.shape),
+                        net.initial_carry())
+  fns = {}
+  for t in steps:
+    carry_t, _ = run_steps(params, carry0, obs[:t], acts[:t], rews[:t])
+    window = (obs[t:t + SCAN], acts[t:t + SCAN], rews[t:t + SCAN])
+    fns["cache", t] = (run_steps, (params, carry_t) + window)
+    recompute_net = sn.TransformerActorCritic(num_actions=num_actions, max_len=t + 1)
+    empty = recompute_net.initial_carry()
+
+    def recompute(params, obs, acts, rews, net=recompute_net, empty=empty):
+      starts = jnp.zeros(obs.shape[:1], bool)
+      logits, _, _ = jax.vmap(lambda o, a, r: sn.unroll(
+          net, params, empty, o, a, r, starts), in_axes=1)(obs, acts, rews)
+      return logits[:, -1]                                 # [B, A]: the step's logits
+
+    fn = jax.jit(recompute)
+    fns["recompute", t] = (fn, (params, obs[:t + 1], acts[:t + 1], rews[:t + 1]))
+  for fn, args in fns.values():
+    jax.block_until_ready(fn(*args))
+  return fns
+
+
+def main(argv):
+  del argv
+  launch.configure_process(num_seeds=1)
+  import jax  # pylint: disable=import-outside-toplevel
+  device = jax.devices()[0]
+  num_envs, horizon, repeats = _ENVS.value, _HORIZON.value, _REPEATS.value
+  steps = [int(s) for s in _STEPS.value]
+  print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}; "
+        f"{repeats} alternating rounds, medians, compile excluded")
+
+  ppo, compile_s = ppo_programs(num_envs, horizon, _UPDATES.value)
+  times = _rounds(ppo, repeats)
+  env_steps = _UPDATES.value * num_envs * horizon
+  print(f"\nPPO on KeyChain-v0 T={horizon} (k=2, A=2, cue_delay=16), {num_envs} envs x "
+        f"{horizon} steps per update, 2 epochs x 2 minibatches, {_UPDATES.value} updates "
+        f"per call")
+  print("| network | env steps/s (median) | s per call (min) | fraction of MLP "
+        "(median of paired ratios) | compile s |")
+  print("|---|---|---|---|---|")
+  for kind, ts in times.items():
+    print(f"| {kind} | {env_steps / statistics.median(ts):.3g} | {min(ts):.3f} | "
+          f"{_paired(times, 'mlp', kind):.3f} | {compile_s[kind]:.1f} |")
+
+  acting = acting_programs(num_envs, steps)
+  times = _rounds(acting, repeats)
+  per_step = {k: statistics.median(v) / (SCAN if k[0] == "cache" else 1)
+              for k, v in times.items()}
+  lo, hi = min(steps), max(steps)
+  print(f"\nTransformer acting, {num_envs} envs vmapped, d_model 32, 2 heads, 1 layer, "
+        f"max_len 1024 (cache: per step of a {SCAN}-step scan)")
+  print("| acting | " + " | ".join(f"ms per step at step {t}" for t in steps)
+        + f" | step {hi} / step {lo} (median of paired ratios) |")
+  print("|---|" + "---|" * len(steps) + "---|")
+  for mode, label in (("cache", "KV cache"), ("recompute", "no cache (recompute history)")):
+    cells = " | ".join(f"{1e3 * per_step[mode, t]:.3f}" for t in steps)
+    print(f"| {label} | {cells} | {_paired(times, (mode, hi), (mode, lo)):.2f}x |")
+
+
+if __name__ == "__main__":
+  app.run(main)
