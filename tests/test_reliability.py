@@ -203,7 +203,10 @@ def test_signal_during_the_last_chunk_lets_the_run_finish(tmp_path, reference):
 
 @pytest.mark.slow   # the in-process test above checks the same save and resume
 def test_sigterm_to_train_script_mid_run_then_rerun_matches(tmp_path, reference):
-  proc = subprocess.Popen([sys.executable, TRAIN, f"--workdir={tmp_path}", *TINY_FLAGS],
+  # --nofast_paths: train.py turns credit_jax.fast_paths on for CPU runs; the reference
+  # and the in-process rerun below run with the library default (off).
+  proc = subprocess.Popen([sys.executable, TRAIN, f"--workdir={tmp_path}", *TINY_FLAGS,
+                           "--nofast_paths"],
                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, env=dict(os.environ, JAX_PLATFORMS="cpu",
                                               PYTHONUNBUFFERED="1"))
