@@ -160,15 +160,24 @@ def test_retry_rollout_with_a_critique_following_policy(critic, expect_last):
   np.testing.assert_allclose(ret, np.asarray(per).max(0))
 
 
-def test_retry_wrapper_on_a_goal_environment():
-  env, p = envs.make("BitFlip-v0", num_bits=3)
-  w = critique.RetryWrapper(env, attempts=2, critic="none", max_attempt_steps=3)
-  traj = rollout.collect_episodes(w, w.default_params, rollout.uniform_random_policy(3),
+@pytest.mark.parametrize("name,kwargs,steps", [
+    ("BitFlip-v0", dict(num_bits=3), 3),
+    ("GoalGrid-v0", dict(size=3, targets="all", max_steps_in_episode=4), 4),
+    ("TextEdit-v0", dict(buffer_len=3, vocab_size=2, start_len=2, num_edits=1,
+                         goal_edits="all"), 6),
+])
+def test_retry_wrapper_on_a_goal_environment(name, kwargs, steps):
+  env, p = envs.make(name, **kwargs)
+  w = critique.RetryWrapper(env, attempts=2, critic="none", max_attempt_steps=steps)
+  traj = rollout.collect_episodes(w, w.default_params,
+                                  rollout.uniform_random_policy(env.num_actions),
                                   None, jax.random.key(9), 64, w.horizon)
   per = np.asarray(critique.attempt_success(traj, 2))
   ret = np.asarray(jnp.sum(traj.rewards * traj.valid, 0))
-  np.testing.assert_allclose(ret, per.max(0))
+  np.testing.assert_allclose(ret, per.max(0))   # an episode succeeds iff an attempt does
   assert 0 < per[0].mean() < 1
+  # A second attempt happens only after a failed first one.
+  assert not np.any(per[1][per[0] > 0])
 
 
 def test_retry_wrapper_argument_checks():
