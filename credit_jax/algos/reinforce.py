@@ -28,6 +28,8 @@ max_grad_norm.
 """
 from __future__ import annotations
 
+from typing import Any, Callable, NamedTuple, Tuple
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -106,15 +108,37 @@ def leave_one_out_mean(x, mask):
   return jnp.where(others > 0, (total - x * mask) / jnp.maximum(others, 1.0), 0.0)
 
 
+class Model(NamedTuple):
+  """What REINFORCE needs of its network, for an MLP or a sequence network.
+
+  init: `key -> params`; policy: what the rollout acts with; outputs: `(params, traj
+  [T, B]) -> (logits [T, B, A], values [T, B])` at the episodes' steps; final_values:
+  `(params, traj) -> [T, B]` values of each step's final observation.
+  """
+  init: Callable
+  policy: Any
+  outputs: Callable
+  final_values: Callable
+
+
+def _mlp_model(config, env, env_params, with_value: bool) -> Tuple[Model, Any]:
+  network, obs_shape = common.make_network(config, env, env_params, value_head=with_value)
+  return Model(init=lambda k: common.init_params(network, k, obs_shape),
+               policy=networks.make_policy_fn(network),
+               outputs=lambda params, traj: network.apply(params, traj.obs),
+               final_values=lambda params, traj: network.apply(params, traj.final_obs)[1]
+               ), obs_shape
+
+
 def make_train(config) -> common.Train:
   """`Train` for REINFORCE on `config.env_name`; see `common.Train` for how to call it."""
   validate_config(config)
   with_value = needs_value(config)
-  if grpo_sequence.network_kind(config) != "mlp":   # gru | transformer: with memory
-    return reinforce_sequence.make_train(config, HPARAMS, with_value, leave_one_out_mean)
   env, env_params = common.make_env(config)
-  network, obs_shape = common.make_network(config, env, env_params, value_head=with_value)
-  policy_fn = networks.make_policy_fn(network)
+  if grpo_sequence.network_kind(config) != "mlp":   # gru | transformer: with memory
+    model = reinforce_sequence.model(config, env, env_params, with_value)
+  else:
+    model, _ = _mlp_model(config, env, env_params, with_value)
   num_envs, horizon = int(config.num_envs), int(config.horizon)
   n_updates = int(config.num_updates)
   optimizer = common.make_optimizer(config)
@@ -123,21 +147,25 @@ def make_train(config) -> common.Train:
   normalize = bool(config.normalize_advantages)
 
   def init_fn(key, hp):
-    return common.init_train_state(network, key, obs_shape, hp, optimizer)
+    k_params, k_run = jax.random.split(key)
+    params = model.init(k_params)
+    return common.TrainState(params=params,
+                             opt_state=optimizer.init(params, hp["max_grad_norm"]),
+                             key=k_run, update=jnp.zeros((), jnp.int32), aux={})
 
   def credit_and_baseline(traj, params, hp):
     """([T, B] credit G_t, [T, B] baseline b_t); both constants for the policy loss."""
     valid = traj.valid
     rewards = jnp.where(valid, traj.rewards, 0.0)
     discounts = jnp.full_like(rewards, hp["gamma"])
-    values = traj.extras["value"]
+    values = traj.extras["value"] if with_value else jnp.zeros_like(rewards)
     if credit == "terminal":
       g = jnp.broadcast_to(jnp.sum(rewards, axis=0, keepdims=True), rewards.shape)
     elif credit == "rtg":
       # Monte Carlo: nothing to bootstrap from, so any episode end stops the sum.
       g = cj.discounted_returns(rewards, discounts, terminated=traj.dones)
     else:
-      _, final_values = network.apply(params, traj.final_obs)               # [T, B]
+      final_values = model.final_values(params, traj)                       # [T, B]
       values_tp1 = jnp.concatenate([values, final_values[-1:]], axis=0)     # [T + 1, B]
       g = cj.lambda_returns(rewards, discounts, values_tp1, hp["gae_lambda"],
                             terminated=traj.terminated, truncated=traj.truncated,
@@ -151,7 +179,7 @@ def make_train(config) -> common.Train:
     return jax.lax.stop_gradient(g), jax.lax.stop_gradient(b)
 
   def loss_fn(params, traj, g, adv, hp):
-    logits, values = network.apply(params, traj.obs)
+    logits, values = model.outputs(params, traj)
     log_probs = networks.categorical_log_prob(logits, traj.actions)
     pg = episodes.masked_mean(losses.reinforce(log_probs, adv), traj.valid)
     entropy = episodes.masked_mean(networks.categorical_entropy(logits), traj.valid)
@@ -164,7 +192,7 @@ def make_train(config) -> common.Train:
 
   def update_fn(state, hp):
     key, k_roll = jax.random.split(state.key)
-    traj = rollout.collect_episodes(env, env_params, policy_fn, state.params, k_roll,
+    traj = rollout.collect_episodes(env, env_params, model.policy, state.params, k_roll,
                                     num_envs, horizon)
     g, b = credit_and_baseline(traj, state.params, hp)
     adv = g - b
