@@ -83,6 +83,18 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
+def add_network_kind(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Adds `c.network.kind` ("mlp") and the sequence networks' fields, for the recipes that
+  can train a GRU or transformer (PPO, GRPO, REINFORCE; credit_jax/sequence_networks.py)."""
+  c.network.kind = "mlp"             # mlp | gru | transformer (credit_jax/sequence_networks.py)
+  c.network.gru_size = 64            # GRU state size (kind "gru")
+  c.network.d_model = 32             # transformer width (kind "transformer")
+  c.network.num_heads = 2            # transformer attention heads
+  c.network.num_layers = 1           # transformer blocks
+  c.network.max_len = 64             # transformer KV-cache slots = attention window
+  return c
+
+
 def keychain_env(c: ml_collections.ConfigDict, horizon: int, num_pivotal: int,
                  num_actions: int = 4) -> ml_collections.ConfigDict:
   """Sets `c` to train on KeyChain-v0 with episodes of `horizon` steps (also the rollout

@@ -75,12 +75,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.use_reference_kl = False      # penalise KL to the frozen initial policy
   c.kl_coef = 0.0                 # its weight, used when use_reference_kl (a traced hparam)
   c.checkpoint_every = 20         # updates between checkpoints (k * chunk_updates)
-  c.network.kind = "mlp"             # mlp | gru | transformer (credit_jax/sequence_networks.py)
-  c.network.gru_size = 64            # GRU state size (kind "gru")
-  c.network.d_model = 32             # transformer width (kind "transformer")
-  c.network.num_heads = 2            # transformer attention heads
-  c.network.num_layers = 1           # transformer blocks
-  c.network.max_len = 64             # transformer KV-cache slots = attention window
+  common.add_network_kind(c)      # network.kind (mlp | gru | transformer) and its fields
   return c
 
 
@@ -129,11 +124,34 @@ def aggregate(x, valid, kind: str):
   return jnp.sum(x * valid) / x.size
 
 
+def surrogate_loss(logits, ref_logits, mb, hp, agg: str):
+  """GRPO's loss on a minibatch from the policy's logits `[T, n, K, A]` at its steps (and
+  the frozen reference policy's, or None without the KL term); `(loss [], aux)`.
+
+  `mb` holds `actions`, `log_probs` (at collection), `advantages` and `valid`, `[T, n, K]`.
+  """
+  log_probs = networks.categorical_log_prob(logits, mb["actions"])   # [T, n, K]
+  pg, clipped, approx_kl = losses.clipped_surrogate(
+      log_probs, mb["log_probs"], mb["advantages"], hp["clip_eps"])
+  entropy = networks.categorical_entropy(logits)
+  valid = mb["valid"]
+  loss = aggregate(pg, valid, agg) - hp["ent_coef"] * aggregate(entropy, valid, agg)
+  kl = jnp.zeros(())
+  if ref_logits is not None:
+    ref_log_probs = networks.categorical_log_prob(ref_logits, mb["actions"])
+    kl = aggregate(losses.kl_to_reference(log_probs, ref_log_probs), valid, agg)
+    loss = loss + hp["kl_coef"] * kl
+  return loss, {"policy_loss": aggregate(pg, valid, agg), "kl_ref": kl,
+                "entropy": episodes.masked_mean(entropy, valid),
+                "clip_frac": episodes.masked_mean(clipped, valid),
+                "approx_kl": episodes.masked_mean(approx_kl, valid)}
+
+
 def make_train(config) -> common.Train:
   """`Train` for GRPO on `config.env_name`; see `common.Train` for how to call it."""
   validate_config(config)
   if grpo_sequence.network_kind(config) != "mlp":   # gru | transformer: with memory
-    return grpo_sequence.make_train(config, HPARAMS, aggregate)
+    return grpo_sequence.make_train(config, HPARAMS, surrogate_loss)
   # Curriculum hook: the env's episode length becomes a traced param set per update.
   env, env_params = (curriculum.make_env(config) if curriculum.enabled(config)
                      else common.make_env(config))
@@ -163,22 +181,8 @@ def make_train(config) -> common.Train:
 
   def loss_fn(params, mb, ref_params, hp):
     logits, _ = network.apply(params, mb["obs"])                       # [T, n, K, A]
-    log_probs = networks.categorical_log_prob(logits, mb["actions"])   # [T, n, K]
-    pg, clipped, approx_kl = losses.clipped_surrogate(
-        log_probs, mb["log_probs"], mb["advantages"], hp["clip_eps"])
-    entropy = networks.categorical_entropy(logits)
-    valid = mb["valid"]
-    loss = aggregate(pg, valid, agg) - hp["ent_coef"] * aggregate(entropy, valid, agg)
-    kl = jnp.zeros(())
-    if use_kl:
-      ref_logits, _ = network.apply(ref_params, mb["obs"])
-      ref_log_probs = networks.categorical_log_prob(ref_logits, mb["actions"])
-      kl = aggregate(losses.kl_to_reference(log_probs, ref_log_probs), valid, agg)
-      loss = loss + hp["kl_coef"] * kl
-    return loss, {"policy_loss": aggregate(pg, valid, agg), "kl_ref": kl,
-                  "entropy": episodes.masked_mean(entropy, valid),
-                  "clip_frac": episodes.masked_mean(clipped, valid),
-                  "approx_kl": episodes.masked_mean(approx_kl, valid)}
+    ref_logits = network.apply(ref_params, mb["obs"])[0] if use_kl else None
+    return surrogate_loss(logits, ref_logits, mb, hp, agg)
 
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)

@@ -27,9 +27,9 @@ import jax
 import jax.numpy as jnp
 
 import credit_jax as cj
-from credit_jax import networks, rollout
+from credit_jax import rollout
 from credit_jax import sequence_networks as sn
-from credit_jax.algos import common, episodes, losses, ppo_sequence
+from credit_jax.algos import common, episodes, ppo_sequence
 from credit_jax.types import PolicyState
 
 NETWORK_KINDS = ("mlp",) + sn.KINDS
@@ -81,7 +81,7 @@ def replay_logits(network, params, traj_obs, prev_actions, prev_rewards, starts)
   return over_tasks(traj_obs, prev_actions, prev_rewards, starts)
 
 
-def make_train(config, hparam_names: Sequence[str], aggregate: Callable
+def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable
                ) -> common.Train:
   """`Train` for GRPO with a sequence network; `grpo.make_train` calls it (validated)."""
   env, env_params = common.make_env(config)
@@ -108,22 +108,8 @@ def make_train(config, hparam_names: Sequence[str], aggregate: Callable
   def loss_fn(params, mb, ref_params, hp):
     inputs = (mb["obs"], mb["prev_actions"], mb["prev_rewards"], mb["starts"])
     logits = replay_logits(network, params, *inputs)                  # [T, n, K, A]
-    log_probs = networks.categorical_log_prob(logits, mb["actions"])   # [T, n, K]
-    pg, clipped, approx_kl = losses.clipped_surrogate(
-        log_probs, mb["log_probs"], mb["advantages"], hp["clip_eps"])
-    entropy = networks.categorical_entropy(logits)
-    valid = mb["valid"]
-    loss = aggregate(pg, valid, agg) - hp["ent_coef"] * aggregate(entropy, valid, agg)
-    kl = jnp.zeros(())
-    if use_kl:
-      ref_logits = replay_logits(network, ref_params, *inputs)
-      ref_log_probs = networks.categorical_log_prob(ref_logits, mb["actions"])
-      kl = aggregate(losses.kl_to_reference(log_probs, ref_log_probs), valid, agg)
-      loss = loss + hp["kl_coef"] * kl
-    return loss, {"policy_loss": aggregate(pg, valid, agg), "kl_ref": kl,
-                  "entropy": episodes.masked_mean(entropy, valid),
-                  "clip_frac": episodes.masked_mean(clipped, valid),
-                  "approx_kl": episodes.masked_mean(approx_kl, valid)}
+    ref_logits = replay_logits(network, ref_params, *inputs) if use_kl else None
+    return surrogate_loss(logits, ref_logits, mb, hp, agg)
 
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)

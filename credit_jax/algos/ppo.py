@@ -64,12 +64,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.ent_coef = 0.01               # entropy bonus weight (a traced hparam)
   c.vf_coef = 0.5                 # value loss weight (a traced hparam)
 
-  c.network.kind = "mlp"             # mlp | gru | transformer (credit_jax/sequence_networks.py)
-  c.network.gru_size = 64            # GRU state size (kind "gru")
-  c.network.d_model = 32             # transformer width (kind "transformer")
-  c.network.num_heads = 2            # transformer attention heads
-  c.network.num_layers = 1           # transformer blocks
-  c.network.max_len = 64             # transformer KV-cache slots = attention window
+  common.add_network_kind(c)      # network.kind (mlp | gru | transformer) and its fields
 
   c.chunk_updates = 61            # updates per compiled call (one progress line each)
   c.checkpoint_every = 244        # updates between checkpoints (k * chunk_updates)

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 import credit_jax as cj
-from credit_jax import networks, rollout
+from credit_jax import rollout
 from credit_jax import sequence_networks as sn
 from credit_jax.algos import common, episodes, losses
 

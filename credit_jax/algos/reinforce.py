@@ -66,12 +66,7 @@ def default_config() -> ml_collections.ConfigDict:
 
   c.chunk_updates = 25            # updates per compiled call (one progress line each)
   c.checkpoint_every = 50         # updates between checkpoints (k * chunk_updates)
-  c.network.kind = "mlp"             # mlp | gru | transformer (credit_jax/sequence_networks.py)
-  c.network.gru_size = 64            # GRU state size (kind "gru")
-  c.network.d_model = 32             # transformer width (kind "transformer")
-  c.network.num_heads = 2            # transformer attention heads
-  c.network.num_layers = 1           # transformer blocks
-  c.network.max_len = 64             # transformer KV-cache slots = attention window
+  common.add_network_kind(c)      # network.kind (mlp | gru | transformer) and its fields
   return c
 
 
