@@ -173,3 +173,18 @@ class Watchdog:
 
   def __exit__(self, *exc) -> None:
     self.stop()
+
+
+def heartbeat_log(dog: "Watchdog", write: Callable[[str], None] = print
+                  ) -> Callable[[str], None]:
+  """A `log(line)` for programs that log a line per finished piece of work (an
+  experiment's cells, a sweep's chunks): it writes the line, then tells `dog` that a
+  piece finished after the time since the previous line (`Watchdog.chunk_done`)."""
+  last = [time.monotonic()]
+
+  def log(line: str) -> None:
+    write(line)
+    now = time.monotonic()
+    dog.chunk_done(now - last[0])
+    last[0] = now
+  return log

@@ -17,7 +17,6 @@ import importlib.util
 import os
 import re
 import sys
-import time
 
 import cpu_affinity
 import distributed  # before credit_jax is imported: see that module for why
@@ -97,13 +96,7 @@ def main(argv):
                         f"cells are skipped and a half-finished call resumes from its "
                         f"checkpoint."),
       advice=launch.hang_advice)
-  last = [time.monotonic()]
-
-  def log(line: str) -> None:
-    print(line, flush=True)
-    now = time.monotonic()
-    dog.chunk_done(now - last[0])
-    last[0] = now
+  log = watchdog.heartbeat_log(dog, lambda line: print(line, flush=True))
 
   try:
     with dog:

@@ -295,6 +295,21 @@ def test_watchdog_allows_a_multiple_of_the_slowest_chunk_then_fires(capfd):
   assert "error: watchdog: Last checkpoint: update 7." in err
 
 
+def test_heartbeat_log_writes_each_line_and_counts_it_as_a_finished_chunk():
+  fired, written = threading.Event(), []
+  dog = watchdog.Watchdog(watchdog.WatchdogOptions(first_s=30.0, floor_s=0.5, factor=10),
+                          describe=lambda: "", on_fire=fired.set)
+  log = watchdog.heartbeat_log(dog, written.append)
+  with dog:
+    for i in range(5):
+      time.sleep(0.05)
+      log(f"cell {i}")
+    assert written == [f"cell {i}" for i in range(5)]
+    assert not fired.is_set()
+    assert dog.limit() >= 0.5   # max(10 x the longest gap, 0.5 s)
+    assert fired.wait(20)   # no more lines: it fires
+
+
 def test_watchdog_is_off_at_zero_and_checks_its_options():
   dog = watchdog.Watchdog(watchdog.WatchdogOptions(first_s=0), describe=lambda: "")
   with dog:

@@ -20,7 +20,6 @@ thread's stack and the XLA setting to try, and exits with status 4 instead of ha
 from __future__ import annotations
 
 import sys
-import time
 from types import ModuleType
 
 from absl import app, flags
@@ -68,13 +67,7 @@ def main(experiment: ModuleType) -> None:
         describe=lambda: (f"{name} in {workdir_flag.value}: rerun the same command "
                           f"(finished parts are not saved between cells)."),
         advice=launch.hang_advice)
-    last = [time.monotonic()]
-
-    def log(line: str) -> None:
-      print(line, flush=True)
-      now = time.monotonic()
-      dog.chunk_done(now - last[0])
-      last[0] = now
+    log = watchdog.heartbeat_log(dog, lambda line: print(line, flush=True))
 
     try:
       with dog:
