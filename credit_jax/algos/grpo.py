@@ -124,6 +124,16 @@ def aggregate(x, valid, kind: str):
   return jnp.sum(x * valid) / x.size
 
 
+def settings(config):
+  """The static settings GRPO's training program reads from `config`, in the order
+  `(num_tasks, group, horizon, n_minibatches, n_epochs, n_updates, optimizer,
+  with_success, use_kl, advantage kind, loss aggregation)`."""
+  return (int(config.num_tasks), int(config.group_size), int(config.horizon),
+          int(config.num_minibatches), int(config.update_epochs), int(config.num_updates),
+          common.make_optimizer(config), episodes.has_success(config),
+          bool(config.use_reference_kl), str(config.advantage), str(config.loss_aggregation))
+
+
 def surrogate_loss(logits, ref_logits, mb, hp, agg: str):
   """GRPO's loss on a minibatch from the policy's logits `[T, n, K, A]` at its steps (and
   the frozen reference policy's, or None without the KL term); `(loss [], aux)`.
@@ -151,21 +161,15 @@ def make_train(config) -> common.Train:
   """`Train` for GRPO on `config.env_name`; see `common.Train` for how to call it."""
   validate_config(config)
   if grpo_sequence.network_kind(config) != "mlp":   # gru | transformer: with memory
-    return grpo_sequence.make_train(config, HPARAMS, surrogate_loss)
+    return grpo_sequence.make_train(config, HPARAMS, surrogate_loss, settings(config))
   # Curriculum hook: the env's episode length becomes a traced param set per update.
   env, env_params = (curriculum.make_env(config) if curriculum.enabled(config)
                      else common.make_env(config))
   cur = curriculum.Curriculum(config, env_params) if curriculum.enabled(config) else None
   network, obs_shape = common.make_network(config, env, env_params, value_head=False)
   policy_fn = networks.make_policy_fn(network)
-  num_tasks, group = int(config.num_tasks), int(config.group_size)
-  horizon = int(config.horizon)
-  n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
-  n_updates = int(config.num_updates)
-  optimizer = common.make_optimizer(config)
-  with_success = episodes.has_success(config)
-  use_kl = bool(config.use_reference_kl)
-  kind, agg = str(config.advantage), str(config.loss_aggregation)
+  (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
+   kind, agg) = settings(config)
   shaper = prm.make_shaper(config, env, env_params)   # None unless config.prm.enabled
 
   def init_fn(key, hp):

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import credit_jax as cj
 from credit_jax import rollout
 from credit_jax import sequence_networks as sn
-from credit_jax.algos import common, episodes, ppo_sequence
+from credit_jax.algos import common, ppo_sequence
 from credit_jax.types import PolicyState
 
 NETWORK_KINDS = ("mlp",) + sn.KINDS
@@ -81,20 +81,15 @@ def replay_logits(network, params, traj_obs, prev_actions, prev_rewards, starts)
   return over_tasks(traj_obs, prev_actions, prev_rewards, starts)
 
 
-def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable
-               ) -> common.Train:
-  """`Train` for GRPO with a sequence network; `grpo.make_train` calls it (validated)."""
+def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
+               static: tuple) -> common.Train:
+  """`Train` for GRPO with a sequence network; `grpo.make_train` calls it (validated)
+  with its loss (`grpo.surrogate_loss`) and static settings (`grpo.settings(config)`)."""
   env, env_params = common.make_env(config)
   network, obs_shape = ppo_sequence.make_network(config, env, env_params)
   policy = sn.make_sequence_policy(network, value=False)
-  num_tasks, group = int(config.num_tasks), int(config.group_size)
-  horizon = int(config.horizon)
-  n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
-  n_updates = int(config.num_updates)
-  optimizer = common.make_optimizer(config)
-  with_success = episodes.has_success(config)
-  use_kl = bool(config.use_reference_kl)
-  kind, agg = str(config.advantage), str(config.loss_aggregation)
+  (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
+   kind, agg) = static
 
   def init_fn(key, hp):
     k_params, k_run = jax.random.split(key)
