@@ -67,6 +67,15 @@ def test_table_lines_and_row_check():
     report.table(("a", "b"), [(1, 2), (3,)])
 
 
+def test_t_interval_against_hand_computed_values_over_an_axis():
+  # Seeds on axis 1; t(0.975, df=2) = 4.302653, sd of (1, 2, 3) = 1.
+  mean, half = report.t_interval(np.array([[1.0, 2.0, 3.0], [2.0, 2.0, 2.0]]), axis=1)
+  np.testing.assert_allclose(mean, [2.0, 2.0])
+  np.testing.assert_allclose(half, [4.302653 / np.sqrt(3), 0.0], rtol=1e-6)
+  mean, half = report.t_interval([5.0])
+  assert mean == 5.0 and np.isnan(half)
+
+
 def test_write_summary_round_trips_numpy_values(tmp_path):
   summary = {"slope": np.float32(0.5), "curve": np.arange(3), "n": np.int64(7), "ok": True}
   out = report.write_summary(str(tmp_path / "w"), summary, "# title")

@@ -119,13 +119,7 @@ def recipe_config(config, critic: str) -> ml_collections.ConfigDict:
   return c
 
 
-def ci95(x, axis=0):
-  """(mean, half-width) of a 95% Student-t interval over `axis`."""
-  from scipy import stats  # pylint: disable=g-import-not-at-top
-  x = np.asarray(x, np.float64)
-  n = x.shape[axis]
-  half = stats.t.ppf(0.975, n - 1) * np.std(x, axis=axis, ddof=1) / np.sqrt(n)
-  return np.mean(x, axis=axis), half
+ci95 = report.t_interval   # (mean, half-width of the 95% t-interval) over an axis
 
 
 def train_policies(config, key):

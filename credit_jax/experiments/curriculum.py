@@ -42,7 +42,6 @@ from credit_jax.algos import ConfigError, common, grpo
 from credit_jax.experiments import report
 
 METHODS = ("direct", "fixed", "gated", "plr")
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -111,15 +110,12 @@ def validate_config(config) -> None:
 
 
 def ci95(x) -> tuple:
-  """(mean, half-width of a 95% t-interval) of the finite entries of `x`."""
+  """(mean, half-width of a 95% t-interval) of the finite entries of `x` (censored runs
+  are inf and left out; `reached` in the summary counts them)."""
   x = np.asarray(x, np.float64)
   x = x[np.isfinite(x)]
-  if x.size == 0:
-    return float("nan"), float("nan")
-  if x.size == 1:
-    return float(x[0]), float("nan")
-  t = _T975[x.size - 2] if x.size - 1 <= len(_T975) else 1.96
-  return float(x.mean()), float(t * x.std(ddof=1) / np.sqrt(x.size))
+  mean, half = report.t_interval(x)
+  return float(mean), float(half)
 
 
 def grpo_config(config, env_name, env_kwargs, horizon, param, stages, num_updates,

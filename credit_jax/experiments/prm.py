@@ -33,11 +33,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from scipy import stats
 
 import credit_jax as cj
 from credit_jax import prm
 from credit_jax.algos import grpo
+from credit_jax.experiments import report
 
 METRICS = ("success", "prm_score", "step_accuracy", "prm_gap", "padding_frac",
            "surface_frac", "surface_wrong_frac", "prm_accuracy")
@@ -95,12 +95,7 @@ def arms(c):
   return out
 
 
-def ci95(x, axis=0):
-  """(mean, half-width of the 95% t-interval) over `axis`."""
-  x = np.asarray(x, np.float64)
-  n = x.shape[axis]
-  half = stats.t.ppf(0.975, n - 1) * x.std(axis=axis, ddof=1) / np.sqrt(n)
-  return x.mean(axis=axis), half
+ci95 = report.t_interval   # (mean, half-width of the 95% t-interval) over an axis
 
 
 def part_a(c, log) -> Dict[str, Dict[str, np.ndarray]]:

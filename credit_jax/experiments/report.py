@@ -68,6 +68,25 @@ def read_summary(workdir: str) -> Dict[str, Any]:
     return json.load(f)
 
 
+def t_interval(x, axis: int = 0):
+  """`(mean, half-width)` of the 95% Student-t interval of `x` over `axis` (seeds).
+
+  Args:
+    x: array-like with the samples along `axis` (any other dims are kept).
+  Returns:
+    `(mean, half)` shaped like `x` without `axis`; `half` is NaN where there are fewer
+    than 2 samples. Every experiment and the sweep tables report intervals through this.
+  """
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  x = np.asarray(x, np.float64)
+  n = x.shape[axis]
+  mean = x.mean(axis=axis) if n else np.full(np.delete(x.shape, axis), np.nan)
+  if n < 2:
+    return mean, np.full(np.shape(mean), np.nan) if np.ndim(mean) else float("nan")
+  half = stats.t.ppf(0.975, n - 1) * x.std(axis=axis, ddof=1) / np.sqrt(n)
+  return mean, half
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> List[str]:
   """Markdown lines of a table; cells are formatted by the caller (str() otherwise)."""
   for i, row in enumerate(rows):

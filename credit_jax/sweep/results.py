@@ -19,6 +19,8 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
+from credit_jax.experiments import report
+
 RESULTS_CSV = "results.csv"
 RESULTS_MD = "results.md"
 
@@ -103,15 +105,11 @@ def write_csv(rows: Sequence[dict], path: str) -> str:
 
 
 def t_interval(values: Sequence[float]):
-  """`(mean, half-width)` of a 95% Student-t interval over `values` (NaN width for n < 2)."""
+  """`(mean, half-width)` of a 95% Student-t interval over `values` (NaN width for n < 2),
+  skipping empty CSV cells."""
   x = np.asarray([v for v in values if v != "" and v is not None], np.float64)
-  if x.size == 0:
-    return math.nan, math.nan
-  if x.size < 2:
-    return float(x.mean()), math.nan
-  from scipy import stats  # pylint: disable=g-import-not-at-top
-  half = stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
-  return float(x.mean()), float(half)
+  mean, half = report.t_interval(x)
+  return float(mean), float(half)
 
 
 def _by_cell(rows: Sequence[dict]) -> Dict[str, List[dict]]:
