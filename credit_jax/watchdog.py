@@ -188,3 +188,17 @@ def heartbeat_log(dog: "Watchdog", write: Callable[[str], None] = print
     dog.chunk_done(now - last[0])
     last[0] = now
   return log
+
+
+def define_flags(flags_module, what: str, floor_s: float) -> Callable[[], WatchdogOptions]:
+  """Defines `--watchdog_first_s` and `--watchdog_floor_s` on absl's `flags_module` for an
+  entry point whose unit of progress is `what` (e.g. "chunk"); returns a function that
+  reads them as `WatchdogOptions` after parsing."""
+  first = flags_module.DEFINE_float(
+      "watchdog_first_s", 1800.0, f"Seconds until the first {what} finishes (compilation "
+      f"included) before the run is presumed hung; 0 turns the watchdog off.",
+      lower_bound=0.0)
+  floor = flags_module.DEFINE_float(
+      "watchdog_floor_s", floor_s, f"Least seconds any later {what} may take (it may also "
+      f"take 10x the slowest so far) before the run is presumed hung.", lower_bound=1.0)
+  return lambda: WatchdogOptions(first_s=first.value, floor_s=floor.value)

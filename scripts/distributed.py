@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import re
 from typing import Optional, Sequence
 
@@ -93,6 +94,16 @@ def initialize_from_argv(argv: Sequence[str]) -> bool:
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(**kwargs)
   return True
+
+
+def initialize_or_exit(argv: Sequence[str]) -> bool:
+  """`initialize_from_argv`, ending the process with status 2 and a one-line error when
+  the distributed flags are inconsistent (what every entry point does with them)."""
+  try:
+    return initialize_from_argv(argv)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
 
 
 def define_flags(flags_module) -> None:

@@ -21,11 +21,7 @@ import sys
 import cpu_affinity
 import distributed  # before credit_jax is imported: see that module for why
 
-try:
-  distributed.initialize_from_argv(sys.argv)
-except ValueError as _e:
-  print(f"error: {_e}", file=sys.stderr)
-  sys.exit(2)
+distributed.initialize_or_exit(sys.argv)
 
 from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,g-bad-import-order
 from ml_collections import config_flags
@@ -36,30 +32,29 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and r
 _FAST_PATHS = flags.DEFINE_bool(
     "fast_paths", None, "credit_jax.fast_paths, CPU speed-ups (see that module); default "
     "on when no accelerator is present (as scripts/train.py), --nofast_paths: off.")
-_WATCHDOG_FIRST = flags.DEFINE_float(
-    "watchdog_first_s", 1800.0, "Seconds until the first progress line (compilation "
-    "included) before the sweep is presumed hung; 0 turns the watchdog off.",
-    lower_bound=0.0)
-_WATCHDOG_FLOOR = flags.DEFINE_float(
-    "watchdog_floor_s", 900.0, "Least seconds allowed between later progress lines (also "
-    "10x the longest gap so far) before the sweep is presumed hung.", lower_bound=1.0)
 _SHARD = flags.DEFINE_string("shard", "0/1", "i/n: run only the compiled calls with "
                              "index % n == i (independent jobs sharing --workdir).")
 flags.mark_flags_as_required(["config", "workdir"])
 distributed.define_flags(flags)
 
 
-def _launch():
-  """credit_jax/launch.py loaded on its own: importing the credit_jax package runs a JAX
-  computation (gymnax, at import), which would start the backend before XLA_FLAGS is
-  set and make configure_process re-execute the process (and, under jax.distributed,
-  drop its connection to the coordinator)."""
+def _standalone(name: str):
+  """credit_jax/<name>.py loaded on its own (launch.py, watchdog.py: neither imports the
+  package): importing the credit_jax package runs a JAX computation (gymnax, at import),
+  which would start the backend before XLA_FLAGS is set and make configure_process
+  re-execute the process (and, under jax.distributed, drop its connection to the
+  coordinator)."""
   path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "credit_jax",
-                      "launch.py")
-  spec = importlib.util.spec_from_file_location("_credit_jax_launch", path)
+                      f"{name}.py")
+  spec = importlib.util.spec_from_file_location(f"_credit_jax_{name}", path)
   module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module   # dataclasses look their module up there
   spec.loader.exec_module(module)
   return module
+
+
+_watchdog = _standalone("watchdog")
+_WATCHDOG = _watchdog.define_flags(flags, "progress line", floor_s=900.0)
 
 
 def _runs_upper_bound(node) -> int:
@@ -79,24 +74,24 @@ def main(argv):
   match = re.fullmatch(r"(\d+)/(\d+)", _SHARD.value)
   if not match:
     raise app.UsageError(f"--shard must be i/n, got {_SHARD.value!r}")
-  _launch().configure_process(
+  launch = _standalone("launch")
+  launch.configure_process(
       num_seeds=int(config.seeds) * _runs_upper_bound(config.get("axes") or {}))
   from credit_jax import sweep  # pylint: disable=g-import-not-at-top
   from credit_jax.sweep import grid  # pylint: disable=g-import-not-at-top
   from credit_jax import fast_paths  # pylint: disable=g-import-not-at-top
   fast = _FAST_PATHS.value
   fast_paths.set_enabled(not cpu_affinity.accelerator_present() if fast is None else fast)
-  from credit_jax import launch, watchdog  # pylint: disable=g-import-not-at-top
   logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
   # The sweep logs a line per compiled chunk and per call: each line tells the watchdog
   # the run is alive; a silence past the limit dumps every thread's stack and exits 4.
-  dog = watchdog.Watchdog(
-      watchdog.WatchdogOptions(first_s=_WATCHDOG_FIRST.value, floor_s=_WATCHDOG_FLOOR.value),
+  dog = _watchdog.Watchdog(
+      _WATCHDOG(),
       describe=lambda: (f"sweep in {_WORKDIR.value}: rerun the same command; finished "
                         f"cells are skipped and a half-finished call resumes from its "
                         f"checkpoint."),
       advice=launch.hang_advice)
-  log = watchdog.heartbeat_log(dog, lambda line: print(line, flush=True))
+  log = _watchdog.heartbeat_log(dog, lambda line: print(line, flush=True))
 
   try:
     with dog:

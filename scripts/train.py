@@ -28,11 +28,7 @@ import distributed  # before credit_jax is imported: see that module for why
 
 # Several processes (hosts) when the command line asks for them (--distributed, or
 # --coordinator_address with --num_processes and --process_id).
-try:
-  distributed.initialize_from_argv(sys.argv)
-except ValueError as _e:
-  print(f"error: {_e}", file=sys.stderr)
-  sys.exit(2)
+distributed.initialize_or_exit(sys.argv)
 
 from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,g-bad-import-order
 from ml_collections import config_flags
@@ -46,12 +42,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and m
 _FAST_PATHS = flags.DEFINE_bool(
     "fast_paths", None, "credit_jax.fast_paths, CPU speed-ups (see that module); default "
     "on when no accelerator is present, --nofast_paths turns them off.")
-_WATCHDOG_FIRST = flags.DEFINE_float(
-    "watchdog_first_s", 1800.0, "Seconds the first chunk (compilation included) may take "
-    "before the run is presumed hung; 0 turns the watchdog off.", lower_bound=0.0)
-_WATCHDOG_FLOOR = flags.DEFINE_float(
-    "watchdog_floor_s", 300.0, "Least seconds any later chunk may take (it may also take "
-    "10x the slowest chunk so far) before the run is presumed hung.", lower_bound=1.0)
+_WATCHDOG = watchdog.define_flags(flags, "chunk", floor_s=300.0)
 flags.mark_flags_as_required(["config", "workdir"])
 distributed.define_flags(flags)
 
@@ -71,8 +62,7 @@ def main(argv):
     config = launch.apply_env_overrides(config)
     run.train_and_evaluate(
         config, _WORKDIR.value, log=print,
-        watchdog=watchdog.WatchdogOptions(first_s=_WATCHDOG_FIRST.value,
-                                          floor_s=_WATCHDOG_FLOOR.value))
+        watchdog=_WATCHDOG())
   except (ConfigError, workdir.WorkdirBusyError) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

@@ -43,13 +43,7 @@ def main(experiment: ModuleType) -> None:
   fast_flag = flags.DEFINE_bool(
       "fast_paths", None, "credit_jax.fast_paths, CPU speed-ups (see that module); default "
       "on when JAX runs on a CPU, --nofast_paths: off.")
-  first_flag = flags.DEFINE_float(
-      "watchdog_first_s", 1800.0, "Seconds until the first logged line (compilation "
-      "included) before the run is presumed hung; 0 turns the watchdog off.",
-      lower_bound=0.0)
-  floor_flag = flags.DEFINE_float(
-      "watchdog_floor_s", 900.0, "Least seconds allowed between later logged lines (also "
-      "10x the longest gap so far) before the run is presumed hung.", lower_bound=1.0)
+  watchdog_options = watchdog.define_flags(flags, "logged line", floor_s=900.0)
   flags.mark_flags_as_required(["config", "workdir"])
 
   def _main(argv):
@@ -63,7 +57,7 @@ def main(experiment: ModuleType) -> None:
     fast = fast_flag.value
     fast_paths.set_enabled(jax.default_backend() == "cpu" if fast is None else fast)
     dog = watchdog.Watchdog(
-        watchdog.WatchdogOptions(first_s=first_flag.value, floor_s=floor_flag.value),
+        watchdog_options(),
         describe=lambda: (f"{name} in {workdir_flag.value}: rerun the same command "
                           f"(finished parts are not saved between cells)."),
         advice=launch.hang_advice)
