@@ -234,6 +234,21 @@ def test_reinforce_learns_to_follow_oracle_critiques_on_retry_episodes():
   assert float(np.mean(m["success"][-10:])) > 0.9
 
 
+def test_recipes_refuse_a_rollout_shorter_than_a_retry_episode():
+  from credit_jax.algos import common, grpo, reinforce
+  for recipe in (reinforce, grpo):
+    c = recipe.default_config()
+    c.env_kwargs.update(horizon=6, num_pivotal=2)
+    c.retry_attempts, c.retry_critic, c.horizon = 3, "oracle", 6
+    with pytest.raises(common.ConfigError, match=r"config\.horizon: 6 .* up to 18 steps"):
+      recipe.validate_config(c)
+    c.history_window = 2          # the check looks through the history wrapper
+    with pytest.raises(common.ConfigError, match="set horizon >= 18"):
+      recipe.validate_config(c)
+    c.horizon = 18
+    recipe.validate_config(c)
+
+
 def test_bitflip_oracle_hand_made_and_retries():
   env, p = envs.make("BitFlip-v0", num_bits=4)
   _, s = env.reset(jax.random.key(14), p)

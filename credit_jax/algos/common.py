@@ -147,11 +147,21 @@ def _validate_env(config) -> None:
   require(config.env_name in known, "env_name",
           f"unknown environment {config.env_name!r}; known: {', '.join(known)}")
   try:
-    make_env(config)
+    env, _ = make_env(config)
   except ValueError as e:
     raise ConfigError(
         f"config.env_kwargs: cannot make {config.env_name!r} with "
         f"{dict(config.env_kwargs)}: {e}") from e
+  attempts = int(config.get("retry_attempts", 0) or 0)
+  if attempts > 0 and config.get("horizon") is not None:
+    # A retry episode lasts up to attempts x (steps per attempt); a shorter rollout would
+    # cut every episode before its later attempts and silently train without retries.
+    retry_env = env.inner if isinstance(env, envs.HistoryWrapper) else env
+    episode = int(retry_env.horizon)
+    require(int(config.horizon) >= episode, "horizon",
+            f"{config.horizon} rollout steps cannot hold a retry episode of up to "
+            f"{episode} steps (retry_attempts={attempts} x {episode // attempts} steps "
+            f"per attempt); set horizon >= {episode}")
 
 
 def validate(config, algo: str, fields_fn: Callable[[Any], None]) -> None:
