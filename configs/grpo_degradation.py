@@ -4,7 +4,8 @@
       --workdir=/tmp/grpo_degradation
 
 Variants: "small" (the default, `grpo_degradation.default_config()`: 11 difficulties from
-0.1% to 95% success, K = 4, 8, 16, about a minute on a 2-core CPU), "smoke" (three
+0.1% to 95% success, K = 4, 8, 16; a Beta(0.5, 4.5) task pool; 16 seeds of GRPO on
+KeyChain k = 5; a few minutes on a 2-core CPU), "smoke" (three
 points, a few seconds: what the tests run), "gpu" (more groups per point, for tighter
 error bars). Every field is documented in credit_jax/experiments/grpo_degradation.py.
 """
@@ -21,6 +22,10 @@ def get_config(arg=None):
     c.group_sizes = (4, 8)
     c.num_tasks = 64
     c.seeds = 4
+    c.train.env_kwargs.num_pivotal = 2
+    c.train.update(num_updates=4, chunk_updates=4, seeds=2, num_tasks=4, group_size=4,
+                   num_minibatches=1)
+    c.train.network.hidden_sizes = (16,)
   elif arg == "gpu":
     c.num_tasks = 4096
     c.seeds = 64

@@ -5,8 +5,9 @@
   python3 scripts/hindsight.py --config=configs/hindsight.py:full --workdir=/tmp/her_f
 
 Variants: none (`hindsight.default_config()`: BitFlip n in {5, 10, 15}; GoalGrid with
-every cell a goal and TextEdit with every buffer a goal), "small" (a smoke run in about
-two minutes on a 2-core CPU), "full" (BitFlip up to n = 50, and the default two-edit
+every cell a goal and TextEdit with every buffer a goal; 8 seeds per arm after an lr
+sweep per arm; part b alone (`--config.parts=b`) about 15 minutes on a 2-core CPU),
+"small" (a smoke run in about two minutes on a 2-core CPU), "full" (BitFlip up to n = 50, and the default two-edit
 TextEdit task). `--config.parts=a` or `=b` runs one part. Every field is documented in
 credit_jax/experiments/hindsight.py. The arms' recipes alone, for scripts/train.py:
 configs/dqn_bitflip.py (BitFlip n = 15 DQN+HER) and configs/grpo_hindsight_goalgrid.py
@@ -28,6 +29,9 @@ def get_config(arg=None):
   c = hindsight.default_config()
   if arg == "small":
     c.seeds = 2
+    c.lr_grid = (3e-3, 1e-2)
+    c.sweep_seeds = 1
+    c.bootstrap_samples = 200
     c.bitflip_bits = (4, 6)
     c.cycles_per_bit = 5
     c.dqn.grad_steps = 10
