@@ -345,8 +345,7 @@ def part_b(cfg, workdir: str, log) -> dict:
       base = np.array([np.inf if v is None else v for v in none["steps_to_level_per_seed"]])
     for i, mode in enumerate(modes):
       entry["modes"][mode] = {
-          **mode_results(success[i], per_update, cfg, lrs[mode],
-                         None if mode == "none" else base),
+          **mode_results(success[i], per_update, cfg, lrs[mode], base),
           **{k: float(metrics[k][i].mean()) for k in
              ("iw_mean", "iw_clip_frac", "log_rho_mean", "relabeled_frac")}}
     results[name] = entry
