@@ -24,8 +24,8 @@ grpo_config = hindsight.grpo_config
 
 def get_config(arg=None):
   """Returns the experiment config; `arg` picks a variant (none, "small", "full")."""
-  if arg not in (None, "", "small", "full"):
-    raise ValueError(f"unknown variant {arg!r}; use none, 'small' or 'full'")
+  if arg not in (None, "", "small", "full", "nulls"):
+    raise ValueError(f"unknown variant {arg!r}; use none, 'small', 'full' or 'nulls'")
   c = hindsight.default_config()
   if arg == "small":
     c.seeds = 2
@@ -40,6 +40,15 @@ def get_config(arg=None):
       g.num_updates = 6
       g.num_tasks = 4
       g.group_size = 4
+  elif arg == "nulls":
+    # The setting that gave relabeling's null result before (hindsight.EARLIER_SETTINGS:
+    # GoalGrid 15x15 with the 4 corners as goals, 30 steps), rerun under the protocol.
+    c.parts = "b"
+    corners = grpo_config("GoalGrid-v0")
+    corners.env_kwargs = ml_collections.ConfigDict({"size": 15, "max_steps_in_episode": 30})
+    corners.horizon = 30
+    corners.num_updates = 150
+    c.grpo = ml_collections.ConfigDict({"goalgrid_corners": corners})
   elif arg == "full":
     c.bitflip_bits = (5, 10, 15, 20, 30, 40, 50)
     # n = 50 at 30 cycles/bit is 1500 cycles; one seed alone (2 shared CPU cores)

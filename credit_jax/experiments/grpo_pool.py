@@ -111,6 +111,7 @@ def training_config(horizon: int = 10, num_pivotal: int = 5, num_actions: int = 
   c.num_updates = 60              # updates per seed
   c.seeds = 16                    # seeds, vmapped in one compiled call
   c.chunk_updates = 60            # one compiled call for the whole run
+  c.checkpoint_every = 0          # no checkpoints (the experiment keeps the curves only)
   return c
 
 

@@ -426,8 +426,8 @@ def _steps_text(m):
           f" ({m['seeds_reached']}/{m['seeds']} seeds)")
 
 
-def _ratio_text(m):
-  if m.get("ratio_to_none") is None:
+def _ratio_text(m, mode):
+  if mode == "none" or m.get("ratio_to_none") is None:
     return "—"
   lo, hi = m["ratio_to_none_interval"]
   bound = "≤ " if m["ratio_is_upper_bound"] else ""
@@ -455,7 +455,7 @@ def grpo_markdown(summary: dict) -> list:
     for mode, m in r["modes"].items():
       none = mode == "none"   # no relabeled example is used: no IS weight
       rows.append((f"{r['env_name']} ({name})", mode, f"{m['lr']:g}", _steps_text(m),
-                   _ratio_text(m),
+                   _ratio_text(m, mode),
                    f"{m['final_success_mean']:.2f} ± {m['final_success_interval'] or 0:.2f}",
                    "—" if none else f"{m['iw_mean']:.2f}",
                    "—" if none else f"{m['iw_clip_frac']:.2f}"))
