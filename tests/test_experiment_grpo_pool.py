@@ -87,6 +87,7 @@ def smoke_run(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("grpo_degradation_pool")
   config = load_config("grpo_degradation", "smoke")
   config.difficulties, config.num_tasks, config.seeds = ((1, 2, 0.0),), 16, 2
+  config.parts = "pt"
   lines = []
   summary = grpo_degradation.run(config, str(workdir), log=lines.append)
   return workdir, config, summary, lines

@@ -209,7 +209,7 @@ def plot_training(curves, out, workdir: str, max_degenerate: float = 0.5) -> str
   axd.plot(grid, np.asarray(dg.analytic_degenerate_fraction(grid, size)), color="k",
            label=f"p^K + (1-p)^K, K={size}, every task at p")
   axd.set(xlabel="success in the update", ylabel="degenerate groups in the update",
-          title="during training: tasks differ, so fractions lie above the curve")
+          title="each (seed, update) against the curve for tasks of equal p")
   axd.title.set_fontsize(9)
   axd.legend(fontsize=7)
   firsts = sorted(f for f in out["first_success_update"] if f is not None)
