@@ -4,7 +4,6 @@ and window bookkeeping against hand-made curves, and the summary.json structure 
 tiny run of the whole experiment."""
 import math
 
-import jax
 import ml_collections
 import numpy as np
 import pytest

@@ -266,7 +266,9 @@ def markdown(summary, records):
       f"{s['num_tasks']} tasks), group sizes K = {', '.join(map(str, s['group_sizes']))}. "
       "A group is degenerate when its K rewards are all equal: its GRPO advantages are "
       "exactly 0. With i.i.d. rewards of success rate p this happens with probability "
-      f"p^K + (1-p)^K. {report.wall_time(s['wall_seconds'])}", "",
+      f"p^K + (1-p)^K. Compute per point and K: seeds x tasks groups of K episodes of "
+      f"{s.get('horizon', '?')} env steps at a fixed policy. "
+      f"{report.wall_time(s['wall_seconds'])}", "",
       f"- Informative range (at most {s['max_degenerate']:.0%} of groups degenerate): "
       + "; ".join(f"K={kk}: p in [{lo:.4f}, {hi:.4f}]"
                   for kk, (lo, hi) in s["informative_range"].items()) + ".",
@@ -390,7 +392,8 @@ def run(config, workdir: str, log=print) -> dict:
       "all_within_3se": all(r["within_3se"] for r in records),
       "max_abs_z": max(abs(r["z"]) for r in records),
       "seeds": int(config.seeds), "num_tasks": int(config.num_tasks),
-      "groups_per_point": int(config.seeds * config.num_tasks)}
+      "groups_per_point": int(config.seeds * config.num_tasks),
+      "horizon": int(config.horizon)}
   pool = None
   if "p" in config.parts:
     lap = report.Stopwatch()

@@ -415,7 +415,9 @@ def markdown(summary, records):
       f"{s['trajectories_per_seed']} trajectories per horizon, GAE lambda = "
       f"{s['gae_lambda']}. Variance is the trace of the covariance of one trajectory's "
       "gradient estimate; SNR = ||true gradient||^2 / mean squared error; bias and "
-      "cosine are against the exact gradient of the undiscounted objective.", "",
+      "cosine are against the exact gradient of the undiscounted objective. Compute per "
+      "horizon: seeds x (trajectories + value-fitting trajectories) episodes of T env "
+      "steps at a fixed (uniform) policy; no learning happens.", "",
       "## Fitted log-log slope of variance against T", ""]
   lines += report.table(
       ("scheme", "slope (terminal reward)", "slope (per-step reward)"),
