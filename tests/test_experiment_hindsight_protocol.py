@@ -98,3 +98,14 @@ def test_tiny_part_b_summary_structure(tmp_path):
   assert "Learning-rate sweep" in text and "Settings measured earlier" in text
   for setting, *_ in hindsight.EARLIER_SETTINGS:
     assert setting in text
+
+
+def test_nulls_variant_is_the_earlier_null_setting():
+  config = load_config("hindsight", "nulls")
+  hindsight.validate_config(config)
+  assert config.parts == "b" and set(config.grpo) == {"goalgrid_corners"}
+  corners = config.grpo.goalgrid_corners
+  assert corners.env_kwargs.to_dict() == {"size": 15, "max_steps_in_episode": 30}
+  assert corners.horizon == 30 and corners.env_name == "GoalGrid-v0"
+  assert any(s.startswith("GoalGrid 15x15, 4 corner goals") for s, *_ in
+             hindsight.EARLIER_SETTINGS)
