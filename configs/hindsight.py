@@ -5,8 +5,9 @@
   python3 scripts/hindsight.py --config=configs/hindsight.py:full --workdir=/tmp/her_f
 
 Variants: none (`hindsight.default_config()`: BitFlip n in {5, 10, 15}; GoalGrid with
-every cell a goal and TextEdit with every buffer a goal), "small" (a smoke run in about
-two minutes on a 2-core CPU), "full" (BitFlip up to n = 50, and the default two-edit
+every cell a goal and TextEdit with every buffer a goal; 8 seeds per arm after an lr
+sweep per arm; part b alone (`--config.parts=b`) about 15 minutes on a 2-core CPU),
+"small" (a smoke run in about two minutes on a 2-core CPU), "full" (BitFlip up to n = 50, and the default two-edit
 TextEdit task). `--config.parts=a` or `=b` runs one part. Every field is documented in
 credit_jax/experiments/hindsight.py. The arms' recipes alone, for scripts/train.py:
 configs/dqn_bitflip.py (BitFlip n = 15 DQN+HER) and configs/grpo_hindsight_goalgrid.py
@@ -23,11 +24,14 @@ grpo_config = hindsight.grpo_config
 
 def get_config(arg=None):
   """Returns the experiment config; `arg` picks a variant (none, "small", "full")."""
-  if arg not in (None, "", "small", "full"):
-    raise ValueError(f"unknown variant {arg!r}; use none, 'small' or 'full'")
+  if arg not in (None, "", "small", "full", "nulls"):
+    raise ValueError(f"unknown variant {arg!r}; use none, 'small', 'full' or 'nulls'")
   c = hindsight.default_config()
   if arg == "small":
     c.seeds = 2
+    c.lr_grid = (3e-3, 1e-2)
+    c.sweep_seeds = 1
+    c.bootstrap_samples = 200
     c.bitflip_bits = (4, 6)
     c.cycles_per_bit = 5
     c.dqn.grad_steps = 10
@@ -36,6 +40,15 @@ def get_config(arg=None):
       g.num_updates = 6
       g.num_tasks = 4
       g.group_size = 4
+  elif arg == "nulls":
+    # The setting that gave relabeling's null result before (hindsight.EARLIER_SETTINGS:
+    # GoalGrid 15x15 with the 4 corners as goals, 30 steps), rerun under the protocol.
+    c.parts = "b"
+    corners = grpo_config("GoalGrid-v0")
+    corners.env_kwargs = ml_collections.ConfigDict({"size": 15, "max_steps_in_episode": 30})
+    corners.horizon = 30
+    corners.num_updates = 150
+    c.grpo = ml_collections.ConfigDict({"goalgrid_corners": corners})
   elif arg == "full":
     c.bitflip_bits = (5, 10, 15, 20, 30, 40, 50)
     # n = 50 at 30 cycles/bit is 1500 cycles; one seed alone (2 shared CPU cores)

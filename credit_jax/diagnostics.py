@@ -9,7 +9,9 @@ Everything here measures such estimates against a ground truth, and is pure and 
   * `per_trajectory_gradients`: one gradient per trajectory (a `vmap` of `grad` over the
     batch), for any `log_prob_fn`; `gradient_stats` turns `[N, D]` of them into the
     variance (trace of the covariance), bias, mean squared error, SNR and cosine against
-    a true gradient.
+    a true gradient; `gradient_variance_parts` splits the variance into the part along
+    the true gradient and the part in the parameters that matter
+    (`keychain_pivotal_mask`).
   * `credit_accuracy`: the share of absolute credit that lands on the steps that really
     mattered (KeyChain's `info["pivotal"]`).
   * `degenerate_fraction` / `analytic_degenerate_fraction`: how many GRPO groups carry
@@ -312,6 +314,59 @@ def gradient_stats(grads: Array, true_grad: Array) -> Dict[str, Array]:
           "bias": jnp.sqrt(jnp.maximum(bias_sq, 0.0)),
           "snr": true_sq / jnp.maximum(mse, jnp.finfo(mse.dtype).tiny),
           "cosine": cosine, "true_norm_sq": true_sq}
+
+
+def keychain_pivotal_mask(num_actions: int) -> Array:
+  """[A + 1, A] bool: the logits of the tabular policy that pivotal steps use (rows
+  1 + c, one per cue); row 0 (distractor steps) is False. Only these move J.
+
+  Args:
+    num_actions: A >= 2 (static).
+  """
+  if int(num_actions) < 2:
+    raise ValueError(f"num_actions must be >= 2, got {num_actions}")
+  rows = jnp.arange(int(num_actions) + 1)[:, None] >= 1
+  return jnp.broadcast_to(rows, (int(num_actions) + 1, int(num_actions)))
+
+
+def gradient_variance_parts(grads: Array, true_grad: Array, mask: Array
+                            ) -> Dict[str, Array]:
+  """Where the variance of N single-trajectory estimates lies, beside its trace.
+
+  The trace (`gradient_stats`' variance) counts noise in every parameter alike. Two
+  parts of it say more about learning speed: the variance along the exact gradient
+  (the noise in the one direction an ascent step is paid for) and the variance in the
+  parameters that move the objective (`mask`, e.g. `keychain_pivotal_mask`).
+
+  Args:
+    grads: [N, D] float, N >= 2 estimates (`flatten_gradients`).
+    true_grad: [D] float, the exact gradient (the direction u = true / |true|).
+    mask: [D] bool, the parameters of interest (raveled like a row of grads).
+  Returns:
+    dict of [] floats (sample variances, ddof = 1):
+      variance_along:   Var(g . u); NaN when the true gradient is 0.
+      variance_masked:  trace of the covariance over the `mask` coordinates.
+      variance_unmasked: the trace over the others (variance_masked + this = the trace).
+      snr_along:        |true|^2 / variance_along: trajectories needed for the step
+                        along u to have relative error 1 is 1 / snr_along.
+  """
+  _check_rank("grads", grads, 2, "[N, D]")
+  if grads.shape[0] < 2:
+    raise ValueError(f"grads needs N >= 2 estimates for a variance, got {grads.shape}")
+  if _shape(true_grad) != grads.shape[1:]:
+    raise ValueError(f"true_grad must be [D] = {grads.shape[1:]} like a row of grads, got "
+                     f"{_shape(true_grad)}")
+  _check_like("mask", mask, "true_grad", grads.shape[1:])
+  norm = jnp.sqrt(jnp.sum(true_grad ** 2))
+  unit = true_grad / jnp.where(norm > 0, norm, 1.0)
+  along = jnp.var(grads @ unit, ddof=1)
+  along = jnp.where(norm > 0, along, jnp.nan)
+  per_coord = jnp.var(grads, axis=0, ddof=1)
+  m = jnp.asarray(mask).astype(per_coord.dtype)
+  return {"variance_along": along,
+          "variance_masked": jnp.sum(per_coord * m),
+          "variance_unmasked": jnp.sum(per_coord * (1.0 - m)),
+          "snr_along": norm ** 2 / jnp.maximum(along, jnp.finfo(per_coord.dtype).tiny)}
 
 
 # ---------------------------------------------------------------------------------------

@@ -16,14 +16,26 @@ step right with probability q, so the success rate `q^k` can be set anywhere. Th
 policy treats every cue alike, so every task has the same success rate and the K
 rewards of a group are i.i.d. Bernoulli(p): the analytic curve is exact, not a model.
 
-Per point and seed, `num_tasks` groups of max(K) members are rolled out in one batch
-(the seeds are independent slices of it); a group of size K is the first K members of
-each group, so all K share the rollout. Points with the same (k, A) are one compiled
-call (the policy bias q is a traced leaf, mapped over).
+Per point, K and seed, `num_tasks` groups of K members are rolled out (the seeds are
+independent slices of one batch, and each K has its own rollout, so the points of
+different K are independent). Points with the same (k, A) are one compiled call (the
+policy bias q is a traced leaf, mapped over).
 
-Writes into the workdir: metrics.jsonl (one record per point and K), degenerate_fraction.png,
-summary.json (measured and analytic fractions per point, with standard errors and the
-informative range) and summary.md.
+That sweep gives every task the same p, so it checks the plumbing more than GRPO. Two
+more measurements (`grpo_pool.py`) leave that setting:
+  pool      a task pool of mixed difficulty: each task's p drawn from Beta(a, b)
+            (`pool_beta`), realised as the task's own policy bias (k = 1, A = 2, p = q);
+            the measured fraction against the formula averaged over the distribution,
+            E[p^K + (1 - p)^K], and against the formula at the mean p.
+  training  a real GRPO run (the `grpo` recipe on a hard KeyChain, `train`): the
+            degenerate fraction per update next to success, the informative window it
+            opens and closes, and the update of each seed's first success against the
+            waiting time 1 / (tasks K p) of a policy that cannot learn before it.
+
+Writes into the workdir: metrics.jsonl (one record per point and K), degenerate_fraction.png
+(the sweep and the pool), grpo_training_window.png, summary.json (measured and analytic
+fractions per point, with standard errors and the informative range; "pool"; "training")
+and summary.md.
 """
 from __future__ import annotations
 
@@ -36,9 +48,9 @@ import ml_collections
 import numpy as np
 
 from credit_jax import diagnostics as dg
-from credit_jax import envs, metrics, rollout
+from credit_jax import algos, envs, metrics, rollout
 from credit_jax.algos import ConfigError
-from credit_jax.experiments import report
+from credit_jax.experiments import grpo_pool, report
 
 MAX_Z = 3.0   # target: every measured fraction within this many standard errors
 
@@ -71,6 +83,14 @@ def default_config() -> ml_collections.ConfigDict:
   c.num_tasks = 256            # groups (tasks, one start state each) per seed and point
   c.seeds = 16                 # independent replicates per point (slices of one batched rollout)
   c.seed = 0                   # base RNG seed
+  c.parts = "pt"               # beside the sweep: p, the task pool; t, a GRPO training run
+  # A task pool of mixed difficulty: per task p ~ Beta(a, b) (mean a / (a + b) = 0.1),
+  # num_tasks x seeds groups per K (grpo_pool.py).
+  c.pool_beta = (0.5, 4.5)
+  # A real GRPO run (the `grpo` recipe config, every field documented in
+  # credit_jax/algos/grpo.py): degenerate fraction and success per update, and the
+  # update of each seed's first success.
+  c.train = grpo_pool.training_config()
   return c
 
 
@@ -98,6 +118,17 @@ def validate_config(config) -> None:
   for field in ("num_tasks", "seeds"):
     if int(config[field]) < 1:
       raise ConfigError(f"config.{field} must be >= 1, got {config[field]}")
+  if set(config.parts) - set("pt"):
+    raise ConfigError(f"config.parts must be made of 'p' and 't' (or empty), got "
+                      f"{config.parts!r}")
+  if len(config.pool_beta) != 2 or min(config.pool_beta) <= 0:
+    raise ConfigError(f"config.pool_beta must be (a, b) with a, b > 0, got "
+                      f"{tuple(config.pool_beta)}")
+  if "t" in config.parts:
+    try:
+      algos.validate_config(config.train)
+    except ConfigError as e:
+      raise ConfigError(str(e).replace("config.", "config.train.", 1)) from None
 
 
 def pivotal_accuracy(k, a, q):
@@ -110,17 +141,21 @@ def make_measure(config, num_pivotal, num_actions):
   """A jitted `measure(key, qs [Q]) -> dict` for the points of one (k, A)."""
   env, env_params = envs.make(config.env_name, horizon=config.horizon,
                               num_pivotal=num_pivotal, num_actions=num_actions)
-  k_max, seeds, tasks = max(config.group_sizes), config.seeds, config.num_tasks
+  seeds, tasks = config.seeds, config.num_tasks
 
   def one_point(key, q):
-    traj = rollout.collect_groups(env, env_params, dg.tabular_policy,
-                                  dg.biased_logits(num_actions, q), key, seeds * tasks,
-                                  k_max, config.horizon)
-    # One episode per member (KeyChain lasts exactly `horizon` steps); its return.
-    rewards = jnp.sum(traj.rewards * traj.valid, axis=0).reshape(seeds, tasks, k_max)
-    return {"success": jnp.mean(rewards, axis=(1, 2)),                   # [S]
-            "degenerate": jnp.stack([jax.vmap(dg.degenerate_fraction)(rewards[..., :g])
-                                     for g in config.group_sizes])}      # [G, S]
+    success, degenerate = [], []
+    for g in config.group_sizes:   # an independent rollout per K (no shared members)
+      traj = rollout.collect_groups(env, env_params, dg.tabular_policy,
+                                    dg.biased_logits(num_actions, q),
+                                    jax.random.fold_in(key, g), seeds * tasks, g,
+                                    config.horizon)
+      # One episode per member (KeyChain lasts exactly `horizon` steps); its return.
+      rewards = jnp.sum(traj.rewards * traj.valid, axis=0).reshape(seeds, tasks, g)
+      success.append(jnp.mean(rewards, axis=(1, 2)))
+      degenerate.append(jax.vmap(dg.degenerate_fraction)(rewards))
+    return {"success": jnp.mean(jnp.stack(success), axis=0),             # [S]
+            "degenerate": jnp.stack(degenerate)}                         # [G, S]
 
   def measure(key, qs):
     keys = jax.random.split(key, qs.shape[0])
@@ -157,11 +192,35 @@ def point_records(point, k, a, q, out, config, first_index):
   return recs
 
 
-def plot(records, config, ranges, workdir):
-  """degenerate_fraction.png: measured fractions (+-3 SE) over the analytic curves, and
-  their z-scores; returns its path."""
-  fig, axes = report.figure(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [2, 1]})
-  ax, axz = axes[0]
+def plot_pool(ax, pool):
+  """The pool panel: measured (+-3 SE) beside the pool's formula and the formula at the
+  mean p, per K."""
+  sizes = np.arange(len(pool))
+  width = 0.27
+  for j, (key, label, colour) in enumerate((
+      ("degenerate_measured", "measured (bars: 3 SE)", "C0"),
+      ("degenerate_pool_analytic", "E[p^K + (1-p)^K], p ~ Beta", "C1"),
+      ("degenerate_at_mean_p", "formula at the mean p", "C7"))):
+    ax.bar(sizes + (j - 1) * width, [r[key] for r in pool], width, color=colour,
+           label=label, yerr=[MAX_Z * r["se"] for r in pool] if j == 0 else None,
+           capsize=3)
+  a, b = pool[0]["beta"]
+  ax.set(xticks=sizes, xticklabels=[f"K={r['group_size']}" for r in pool], ylim=(0, 1),
+         ylabel="fraction of degenerate groups",
+         title=f"task pool: p ~ Beta({a:g}, {b:g}), mean {pool[0]['mean_p']:.2f}")
+  ax.title.set_fontsize(10)
+  ax.legend(fontsize=7)
+
+
+def plot(records, config, ranges, workdir, pool=None):
+  """degenerate_fraction.png: measured fractions (+-3 SE) over the analytic curves, their
+  z-scores, and the task pool when measured; returns its path."""
+  ratios = [2, 1] + ([1] if pool else [])
+  fig, axes = report.figure(1, len(ratios), figsize=(13 + 4.5 * bool(pool), 4.8),
+                            gridspec_kw={"width_ratios": ratios})
+  ax, axz = axes[0][:2]
+  if pool:
+    plot_pool(axes[0][2], pool)
   lim = (5e-4, 1 - 2e-3)
   grid = np.concatenate([np.geomspace(lim[0], 0.5, 200), 1 - np.geomspace(0.5, 1 - lim[1], 200)])
   head = config.headline_group_size
@@ -207,13 +266,18 @@ def markdown(summary, records):
       f"{s['num_tasks']} tasks), group sizes K = {', '.join(map(str, s['group_sizes']))}. "
       "A group is degenerate when its K rewards are all equal: its GRPO advantages are "
       "exactly 0. With i.i.d. rewards of success rate p this happens with probability "
-      f"p^K + (1-p)^K. {report.wall_time(s['wall_seconds'])}", "",
+      f"p^K + (1-p)^K. Compute per point and K: seeds x tasks groups of K episodes of "
+      f"{s.get('horizon', '?')} env steps at a fixed policy. "
+      f"{report.wall_time(s['wall_seconds'])}", "",
       f"- Informative range (at most {s['max_degenerate']:.0%} of groups degenerate): "
       + "; ".join(f"K={kk}: p in [{lo:.4f}, {hi:.4f}]"
                   for kk, (lo, hi) in s["informative_range"].items()) + ".",
       f"- For K={head}, a task solved less than {low:.1%} or more than {high:.1%} of the "
       "time gives no gradient in most of its groups: the curve is flat at 1 on both "
-      "ends, so GRPO alone cannot start on a hard task or finish an easy one.",
+      "ends. On a hard task that means waiting, not never: see the training run below.",
+      "- Every task here has the same p and the policy treats every cue alike, so the K "
+      "rewards of a group are i.i.d. Bernoulli(p) by construction: the agreement checks "
+      "the measurement, not GRPO. Each K has its own rollouts (independent points).",
       f"- Target (every measured fraction within {MAX_Z:g} standard errors of the "
       f"analytic one): {'met' if s['all_within_3se'] else 'NOT met'}; largest |z| "
       f"{s['max_abs_z']:.2f}.", ""]
@@ -224,7 +288,62 @@ def markdown(summary, records):
         f"{r['success_analytic']:.4g}", f"{r['success_measured']:.4g}", r["group_size"],
         f"{r['degenerate_measured']:.4f}", f"{r['degenerate_analytic']:.4f}",
         f"{r['se']:.4f}", f"{r['z']:+.2f}") for r in records])
+  if "pool" in s:
+    lines += pool_markdown(s["pool"])
+  if "training" in s:
+    lines += training_markdown(s["training"], s["max_degenerate"])
   return "\n".join(lines + [""])
+
+
+def pool_markdown(pool):
+  """summary.md lines of the task pool."""
+  a, b = pool[0]["beta"]
+  lines = ["", f"## A task pool of mixed difficulty: p ~ Beta({a:g}, {b:g}) per task", "",
+           f"Mean p {pool[0]['mean_p']:.3f}; {pool[0]['groups']} groups (tasks) per K, "
+           "each with its own p. The formula averaged over the distribution, "
+           "E[p^K] + E[(1-p)^K], against the formula at the mean p: p^K + (1-p)^K is "
+           "convex, so a pool with the same mean success wastes more groups.", ""]
+  lines += report.table(
+      ("K", "measured", "E[p^K + (1-p)^K]", "given the drawn p's", "at the mean p", "SE",
+       "z"),
+      [(r["group_size"], f"{r['degenerate_measured']:.4f}",
+        f"{r['degenerate_pool_analytic']:.4f}", f"{r['degenerate_given_draws']:.4f}",
+        f"{r['degenerate_at_mean_p']:.4f}", f"{r['se']:.4f}", f"{r['z']:+.2f}")
+       for r in pool])
+  return lines
+
+
+def training_markdown(t, max_degenerate):
+  """summary.md lines of the GRPO training run."""
+  kw = t["env_kwargs"]
+  firsts = ", ".join("never" if f is None else str(f) for f in t["first_success_update"])
+  windows = [w for w in t["informative_window"] if w is not None]
+  return [
+      "", "## During GRPO training", "",
+      f"The `grpo` recipe (MLP policy, lr {t['lr']:g}) on KeyChain T = {kw['horizon']}, "
+      f"k = {kw['num_pivotal']}, A = {kw['num_actions']} (initial success p = "
+      f"{t['initial_success_rate']:.3g}), {t['num_tasks']} tasks x K = {t['group_size']} "
+      f"episodes per update, {t['updates']} updates, {t['seeds']} seeds. Compute: "
+      f"{t['episodes_per_update']} episodes of {kw['horizon']} env steps per update. "
+      f"Figure: grpo_training_window.png.", "",
+      f"- First success (update whose rollout had one), per seed: {firsts}. Mean over the "
+      f"{t['seeds_with_success']} seeds that had one: {t['first_success_mean']:.1f} +- "
+      f"{t['first_success_interval']:.1f} (95% t), median {t['first_success_median']}; "
+      f"1 / (tasks K p) = {t['expected_wait_formula']:.1f}, the geometric law's mean "
+      f"1 / (1 - (1-p)^(N K)) = {t['expected_wait_geometric']:.1f} (chance of no "
+      f"success in {t['updates']} updates: {t['p_never_geometric']:.2g}). Before it "
+      "every advantage is 0 and the policy does not move.",
+      f"- Informative window (updates with at most {max_degenerate:.0%} of groups "
+      f"degenerate): {t['informative_updates_mean']:.1f} updates per seed on average"
+      + (f"; first opened at update {min(w[0] for w in windows)}, last closed at "
+         f"{max(w[1] for w in windows)}" if windows else "; never opened") + ". "
+      f"Final success (last 5 updates, seed mean) {t['final_success_mean']:.2f}.",
+      f"- {t['seeds_with_success']} of {t['seeds']} seeds had a first success and "
+      f"{sum(h is not None for h in t['half_success_update'])} reached 50% sampled "
+      f"success within {t['updates']} updates (update of 50% per seed: "
+      + ", ".join("never" if h is None else str(h) for h in t["half_success_update"])
+      + f"). The seed-mean degenerate fraction fell to {t['min_degenerate_mean']:.2f} and "
+      f"was {t['final_degenerate_mean']:.2f} over the last 5 updates."]
 
 
 def run(config, workdir: str, log=print) -> dict:
@@ -274,8 +393,28 @@ def run(config, workdir: str, log=print) -> dict:
       "max_abs_z": max(abs(r["z"]) for r in records),
       "seeds": int(config.seeds), "num_tasks": int(config.num_tasks),
       "groups_per_point": int(config.seeds * config.num_tasks),
-      "wall_seconds": watch.seconds()}
-  plot(records, config, ranges, workdir)
+      "horizon": int(config.horizon)}
+  pool = None
+  if "p" in config.parts:
+    lap = report.Stopwatch()
+    pool = grpo_pool.pool_records(jax.device_get(grpo_pool.make_pool_measure(config)(
+        jax.random.fold_in(key, 7))), config)
+    summary["pool"] = pool
+    log("pool " + ", ".join(f"K={r['group_size']} {r['degenerate_measured']:.4f} (formula "
+                            f"{r['degenerate_pool_analytic']:.4f}, at mean p "
+                            f"{r['degenerate_at_mean_p']:.4f})" for r in pool)
+        + f" | {lap.seconds():.1f}s")
+  if "t" in config.parts:
+    curves = grpo_pool.run_training(config.train)
+    summary["training"] = grpo_pool.training_summary(curves, config.train,
+                                                     config.max_degenerate)
+    grpo_pool.plot_training(curves, summary["training"], workdir, config.max_degenerate)
+    t = summary["training"]
+    log(f"training: first success at updates {t['first_success_update']} (1/(tasks K p) "
+        f"= {t['expected_wait_formula']:.1f}); final success {t['final_success_mean']:.2f} "
+        f"| compile {t['compile_seconds']:.0f} s, run {t['run_seconds']:.0f} s")
+  summary["wall_seconds"] = watch.seconds()
+  plot(records, config, ranges, workdir, pool)
   report.write_summary(workdir, summary, markdown(summary, records))
   log(f"all within {MAX_Z:g} SE: {summary['all_within_3se']} (max |z| "
       f"{summary['max_abs_z']:.2f})")

@@ -27,13 +27,20 @@ With the terminal-only reward and gamma = 1 returns-to-go equal the terminal ret
 every step, so the two estimators coincide exactly; the partial mode shows where
 undiscounted returns-to-go do help (rewards before step t are dropped from its credit).
 
+Beside the trace, the variance is split (`diagnostics.gradient_variance_parts`) into the
+part in the pivotal parameters (the cue rows of the logits, the only ones J depends on)
+and the part along the exact gradient: the trace's growth with T is all in the
+distractor row, whose true gradient is 0 (see summary.md for what each means for
+learning speed).
+
 The bias and SNR are against the gradient of the undiscounted objective J (the task's
 success rate, or the expected number of right keys / k), so discounting and lambda show
 up as bias. Every horizon is one compiled call over all seeds.
 
 Writes into the workdir: metrics.jsonl (one record per horizon, reward mode and scheme),
 variance_vs_horizon.png, snr_vs_horizon.png, credit_accuracy_vs_horizon.png,
-summary.json ({"slope": {scheme: log-log slope of variance vs T}, ...}) and summary.md.
+summary.json ({"slope": {scheme: log-log slope of variance vs T}, "slope_by_view":
+{reward: {trace | pivotal | along: {scheme: slope}}}, ...}) and summary.md.
 """
 from __future__ import annotations
 
@@ -52,6 +59,12 @@ from credit_jax.experiments import report
 REWARD_MODES = ("terminal", "partial")
 SLOPE_TARGET = (0.8, 1.2)
 STATS = ("variance", "snr", "bias", "cosine")
+# The parts of the variance beside its trace: record suffix -> gradient_variance_parts field.
+PARTS = {"pivotal": "variance_masked", "distractor": "variance_unmasked",
+         "along": "variance_along"}
+# What the figure and the slopes compare: the trace and two of its parts.
+VARIANCE_VIEWS = {"trace": "variance", "pivotal": "variance_pivotal",
+                  "along": "variance_along"}
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -182,13 +195,18 @@ def make_measure(config, horizon):
     else:
       res = seeds_chunk(key, config.seeds)
     out = {}
+    mask = dg.keychain_pivotal_mask(config.num_actions).ravel()
     for i, mode in enumerate(REWARD_MODES):
       true = dg.keychain_true_gradient(logits, config.num_pivotal, mode).ravel()
       grads = jnp.swapaxes(res["grads"][:, i], 0, 1)                # [M, S, N, D]
+
+      def stats(g, true=true):
+        return {**dg.gradient_stats(g, true), **dg.gradient_variance_parts(g, true, mask)}
+
       out[mode] = {
-          "per_seed": jax.vmap(jax.vmap(lambda g: dg.gradient_stats(g, true)))(grads),
-          "pooled": jax.vmap(lambda g: dg.gradient_stats(
-              g.reshape((-1, g.shape[-1])), true))(grads),
+          "per_seed": jax.vmap(jax.vmap(stats))(grads),
+          "pooled": jax.vmap(lambda g, stats=stats: stats(
+              g.reshape((-1, g.shape[-1]))))(grads),
           "credit_accuracy": (jnp.sum(res["pivotal_mass"][:, i], 0)
                               / jnp.sum(res["mass"][:, i], 0)),
           "success": jnp.mean(res["success"][:, i]),
@@ -228,6 +246,14 @@ def records_for(horizon, out, names, num_trajectories, first_index):
              "rel_bias_noise": float(np.sqrt(o["pooled"]["variance"][i] / pooled_n)
                                      / true_norm),
              "cosine": float(o["pooled"]["cosine"][i]),
+             # Where the variance lies (diagnostics.gradient_variance_parts): in the
+             # parameters the pivotal steps use, and along the exact gradient.
+             **{f"variance_{part}{suffix}": value for part, field in PARTS.items()
+                for suffix, value in (
+                    ("", float(np.mean(o["per_seed"][field][i]))),
+                    ("_se", float(np.std(o["per_seed"][field][i], ddof=1)
+                                  / np.sqrt(num_seeds))))},
+             "snr_along": float(o["pooled"]["snr_along"][i]),
              "mse": float(o["pooled"]["mse"][i]),
              "credit_accuracy": float(o["credit_accuracy"][i]),
              "true_norm_sq": float(o["pooled"]["true_norm_sq"][i]),
@@ -244,12 +270,14 @@ def _series(records, mode, name, key):
           np.array([r[key] for r in rows], float))
 
 
-def slopes(records, names, mode, min_horizon):
+def slopes(records, names, mode, min_horizon, key="variance"):
+  """{scheme: log-log slope of `key` against T} (NaN where a value is not positive)."""
   out = {}
   for name in names:
-    t, v = _series(records, mode, name, "variance")
+    t, v = _series(records, mode, name, key)
     keep = t >= min_horizon
-    out[name] = float(dg.loglog_slope(t[keep], v[keep]))
+    out[name] = (float(dg.loglog_slope(t[keep], v[keep])) if np.all(v[keep] > 0)
+                 else float("nan"))
   return out
 
 
@@ -322,11 +350,58 @@ def summarize(config, records, elapsed):
     _, p_rtg = _series(records, "partial", "rtg_gamma1", "variance")
     targets["partial_reward_rtg_gamma1_over_terminal"] = {
         "ratio_by_T": {str(int(h)): float(x) for h, x in zip(t, p_rtg / p_term)}}
+  by_view = {m: {view: slopes(records, names, m, config.min_slope_horizon, key)
+                  for view, key in VARIANCE_VIEWS.items()} for m in REWARD_MODES}
+  terminal_by_t = {m: {"horizon": [int(h) for h in t], **{
+      key: [float(x) for x in _series(records, m, "terminal", key)[1]]
+      for key in ("variance", "variance_pivotal", "variance_distractor", "variance_along",
+                  "variance_along_se", "snr_along", "true_norm_sq")}}
+      for m in REWARD_MODES}
   return {"slope": slope["terminal"], "slope_partial_reward": slope["partial"],
+          "slope_by_view": by_view, "terminal_estimator_by_T": terminal_by_t,
           "targets": targets, "horizons": [int(h) for h in t],
           "seeds": int(config.seeds), "trajectories_per_seed": int(config.num_trajectories),
           "num_pivotal": int(config.num_pivotal), "num_actions": int(config.num_actions),
           "gae_lambda": float(config.gae_lambda), "wall_seconds": elapsed}
+
+
+def variance_parts_markdown(s):
+  """summary.md lines: the trace beside the variance in the pivotal parameters and along
+  the exact gradient, and what each means for learning speed."""
+  v = s["slope_by_view"]
+  lines = ["", "## Where the variance lies", "",
+           "Log-log slopes against T of the trace, of the variance in the pivotal "
+           "parameters (the logits of the cue rows, the only ones J depends on) and of the "
+           "variance along the exact gradient (Var(g . u), u = grad J / |grad J|):", ""]
+  lines += report.table(
+      ("scheme", "trace", "pivotal", "along grad J", "trace (per-step reward)",
+       "pivotal (per-step)", "along (per-step)"),
+      [(n,) + tuple(f"{v[m][view][n]:.2f}" for m in REWARD_MODES
+                    for view in VARIANCE_VIEWS) for n in s["slope"]])
+  lines += ["", "The terminal-reward estimator, per T (terminal-only reward; distractor = "
+            "trace - pivotal; SNR along = |grad J|^2 / variance along):", ""]
+  b = s["terminal_estimator_by_T"]["terminal"]
+  lines += report.table(
+      ("T", "trace", "pivotal", "distractor", "along grad J", "SNR along"),
+      [(t, f"{b['variance'][i]:.4g}", f"{b['variance_pivotal'][i]:.4g}",
+        f"{b['variance_distractor'][i]:.4g}",
+        f"{b['variance_along'][i]:.4g} +- {b['variance_along_se'][i]:.2g}",
+        f"{b['snr_along'][i]:.3g}") for i, t in enumerate(b["horizon"])])
+  lines += [
+      "", "What each means for learning speed (measured here: estimator statistics at a "
+      "fixed policy; learning speed itself is the horizon study's measurement):",
+      "- Along grad J: the noise in the only direction that changes J to first order. "
+      "The trajectories a step needs to move J reliably scale with 1 / SNR along; "
+      "where this variance is flat in T, so is the batch a first-order step needs.",
+      "- Pivotal parameters: noise in the parameters J depends on. A step of size eta "
+      "loses about eta^2 x curvature x this variance to second order, so it bounds the "
+      "usable step size of a tabular policy.",
+      "- Trace: adds the distractor parameters, whose true gradient is 0. In the tabular "
+      "policy they never touch J, so their noise costs nothing; in a network the "
+      "distractor steps' score terms move weights the pivotal decisions share, and then "
+      "the trace, linear in T, is what caps the step size. The trace is the worst case "
+      "over parameterisations, not the cost every policy pays."]
+  return lines
 
 
 def markdown(summary, records):
@@ -340,7 +415,9 @@ def markdown(summary, records):
       f"{s['trajectories_per_seed']} trajectories per horizon, GAE lambda = "
       f"{s['gae_lambda']}. Variance is the trace of the covariance of one trajectory's "
       "gradient estimate; SNR = ||true gradient||^2 / mean squared error; bias and "
-      "cosine are against the exact gradient of the undiscounted objective.", "",
+      "cosine are against the exact gradient of the undiscounted objective. Compute per "
+      "horizon: seeds x (trajectories + value-fitting trajectories) episodes of T env "
+      "steps at a fixed (uniform) policy; no learning happens.", "",
       "## Fitted log-log slope of variance against T", ""]
   lines += report.table(
       ("scheme", "slope (terminal reward)", "slope (per-step reward)"),
@@ -369,6 +446,7 @@ def markdown(summary, records):
         f"{v['max_abs_gradient_difference']:g}): with one reward at the end there is no "
         "past reward to drop. With the per-step reward (1/k per right key, paid at its "
         f"step) undiscounted returns-to-go help: rtg_gamma1 / terminal variance {ratios}.")
+  lines += variance_parts_markdown(s)
   gae = [n for n in s["slope"] if n.startswith("gae")]
   last = [r for r in records if r["reward"] == "terminal" and r["horizon"] == max(s["horizons"])]
   rel = {r["scheme"]: r for r in last}
@@ -433,10 +511,14 @@ def run(config, workdir: str, log=print) -> dict:
           f"{lap.seconds():5.1f}s | variance terminal {head['terminal']:.4g} | "
           + " | ".join(f"{n} {head[n]:.4g}" for n in names[1:3]))
   summary = summarize(config, records, watch.seconds())
+  views = summary["slope_by_view"]
+  labels = {"trace": "variance of one trajectory's gradient\n(trace, all parameters)",
+            "pivotal": "variance in the pivotal parameters\n(trace over the cue rows)",
+            "along": "variance along the exact gradient\nVar(g . grad J / |grad J|)"}
   plot(records, names, [dict(
-      key="variance", ylabel="variance of one trajectory's gradient (trace)", log_y=True,
-      slope_of={"terminal": summary["slope"], "partial": summary["slope_partial_reward"]})],
-       workdir, "variance_vs_horizon.png")
+      key=key, ylabel=labels[view], log_y=True,
+      slope_of={m: views[m][view] for m in REWARD_MODES})
+      for view, key in VARIANCE_VIEWS.items()], workdir, "variance_vs_horizon.png")
   plot(records, names, [
       dict(key="snr", ylabel="SNR = |true grad|^2 / MSE (one trajectory)", log_y=True),
       dict(key="rel_bias", err="rel_bias_noise", log_y=False, upper_err_only=True,
