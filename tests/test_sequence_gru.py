@@ -204,3 +204,14 @@ def test_scan_checks_its_shapes():
     gru.scan(w_h, b_h, jnp.zeros((1, 4)), jnp.zeros((5, 1, 11)), jnp.zeros((5,), bool))
   with pytest.raises(ValueError, match="h0 \\[K, H\\]"):
     gru.scan(w_h, b_h, jnp.zeros((4,)), jnp.zeros((5, 1, 12)), jnp.zeros((5,), bool))
+
+
+def test_rational_tanh_matches_jnp_tanh():
+  x = jnp.concatenate([jnp.linspace(-12.0, 12.0, 200_001), jnp.array([0.0, 1e-30, -1e-8]),
+                       jnp.array([jnp.inf, -jnp.inf])])
+  got = jax.jit(gru.tanh)(x)
+  np.testing.assert_allclose(got, jnp.tanh(x), rtol=3e-7, atol=3e-7)
+  assert float(jnp.max(jnp.abs(got))) <= 1.0
+  # Against float64 tanh: as close as jnp.tanh itself (both ~2.8e-7).
+  ref = np.tanh(np.asarray(x, np.float64))
+  assert np.max(np.abs(np.asarray(got, np.float64) - ref)) <= 3e-7
