@@ -9,9 +9,10 @@ initial values: children `ir`, `iz`, `in` with kernel and bias, `hr`, `hz` witho
 
 arranged for speed (equal to flax's cell up to float rounding, tested):
 
-  * `weights()` concatenates the three input kernels into one `[E, 3H]` matrix and the
-    three recurrent ones into one `[H, 3H]`, so a step is one input matmul (which
-    `scan` does for all steps at once, outside the loop) and one recurrent matmul;
+  * calling `GRUCell` returns the three input kernels concatenated into one `[E, 3H]`
+    matrix and the three recurrent ones into one `[H, 3H]`, so a step is one input
+    matmul (done for all steps at once, outside the loop, by the caller of `scan`) and
+    one recurrent matmul;
   * `sigmoid(a) = (1 + tanh(a / 2)) / 2`, and `tanh` written out as the rational
     function XLA itself uses for float32 (XLA's CPU code for `jnp.tanh` and the
     logistic inside a loop is slower than for the same arithmetic written out);
