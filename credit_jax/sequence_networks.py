@@ -16,7 +16,9 @@ memory from step to step. Each offers two paths that compute the same function:
 
 `GRUActorCritic`: an MLP encoder, a GRU cell and linear heads; one trunk shared by the
 policy and the value, or one trunk each (`shared_torso=False`, the carry is then a pair).
-`unroll` encodes all steps at once, scans only the cell, and applies the heads at once.
+`unroll` encodes all steps and projects them onto the gates at once, scans only the
+recurrent part (`credit_jax.gru.scan`: one `[H, 3H]` matmul per step, hand-written
+backward), and applies the heads at once.
 
 `TransformerActorCritic`: a pre-LayerNorm causal transformer over the episode's tokens
 with a sinusoidal encoding of the step's time in its episode. Attention is over the last
@@ -41,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from credit_jax import networks
+from credit_jax import gru, networks
 from credit_jax.types import SequencePolicy
 
 Array = jax.Array
@@ -74,6 +76,8 @@ class GRUActorCritic(nn.Module):
 
   Carry: `[hidden_size]` (shared trunk) or a pair of them (policy trunk, value trunk).
   `step` accepts any leading batch dims on all its arguments (the carry's included).
+  The cells are `credit_jax.gru.GRUCell`s (flax's `nn.GRUCell` parameters and function,
+  fused gates); the `K` trunks (1 or 2) run side by side as stacked arrays `[..., K, .]`.
   """
   num_actions: int
   hidden_size: int = 64
@@ -84,10 +88,10 @@ class GRUActorCritic(nn.Module):
 
   def setup(self):
     self.pi_encoder = networks.MLP(tuple(self.encoder_sizes), self.activation)
-    self.pi_cell = nn.GRUCell(features=self.hidden_size)
+    self.pi_cell = gru.GRUCell(features=self.hidden_size)
     if not self.shared_torso:
       self.v_encoder = networks.MLP(tuple(self.encoder_sizes), self.activation)
-      self.v_cell = nn.GRUCell(features=self.hidden_size)
+      self.v_cell = gru.GRUCell(features=self.hidden_size)
     self.pi_head = _dense(self.num_actions, 0.01)
     self.v_head = _dense(1, 1.0)
 
@@ -95,18 +99,29 @@ class GRUActorCritic(nn.Module):
     h = jnp.zeros((self.hidden_size,), jnp.float32)
     return h if self.shared_torso else (h, h)
 
-  def encode(self, obs, prev_action, prev_reward):
-    """Per-step inputs of the cell(s), `[..., E]` (a pair without a shared trunk)."""
-    x = _token(obs, prev_action, prev_reward, self.num_actions, self.obs_rank)
-    if self.shared_torso:
-      return self.pi_encoder(x)
-    return self.pi_encoder(x), self.v_encoder(x)
+  def stack(self, carry) -> Array:
+    """The carry as `[..., K, H]`."""
+    return carry[..., None, :] if self.shared_torso else jnp.stack(carry, axis=-2)
 
-  def cell(self, carry, x):
-    """One GRU step: `(carry, encoded input) -> carry` (the carry is its output)."""
-    if self.shared_torso:
-      return self.pi_cell(carry, x)[0]
-    return self.pi_cell(carry[0], x[0])[0], self.v_cell(carry[1], x[1])[0]
+  def unstack(self, hs: Array) -> Any:
+    """`[..., K, H]` back to the carry's form."""
+    return hs[..., 0, :] if self.shared_torso else (hs[..., 0, :], hs[..., 1, :])
+
+  def project(self, obs, prev_action, prev_reward):
+    """`(xp [..., K, 3H], w_h [K, H, 3H], b_h [K, 3H])`: each trunk's encoded input
+    projected onto its gates, and the recurrent weights (see `credit_jax.gru`)."""
+    x = _token(obs, prev_action, prev_reward, self.num_actions, self.obs_rank)
+    trunks = [(self.pi_encoder, self.pi_cell)]
+    if not self.shared_torso:
+      trunks.append((self.v_encoder, self.v_cell))
+    xps, w_hs, b_hs = [], [], []
+    for encoder, cell in trunks:
+      e = encoder(x)
+      w_i, b_i, w_h, b_h = cell(e.shape[-1])
+      xps.append(e @ w_i + b_i)
+      w_hs.append(w_h)
+      b_hs.append(b_h)
+    return jnp.stack(xps, axis=-2), jnp.stack(w_hs), jnp.stack(b_hs)
 
   def heads(self, carry) -> Tuple[Array, Array]:
     """`(logits [..., A], value [...])` from the carry after a step."""
@@ -114,7 +129,8 @@ class GRUActorCritic(nn.Module):
     return self.pi_head(h_pi), self.v_head(h_v)[..., 0]
 
   def step(self, carry, obs, prev_action, prev_reward):
-    carry = self.cell(carry, self.encode(obs, prev_action, prev_reward))
+    xp, w_h, b_h = self.project(obs, prev_action, prev_reward)
+    carry = self.unstack(gru.step(w_h, b_h, self.stack(carry), xp))
     logits, value = self.heads(carry)
     return carry, logits, value
 
@@ -313,21 +329,14 @@ def unroll(network: nn.Module, params, carry, obs: Array, prev_actions: Array,
   if not isinstance(network, GRUActorCritic):
     raise ValueError(f"unroll needs a GRUActorCritic or TransformerActorCritic, got "
                      f"{type(network).__name__}")
-  x = network.apply(params, obs, prev_actions, prev_rewards, method="encode")
-  initial = network.initial_carry()
-
-  def body(c, inputs):
-    x_t, start = inputs
-    c = jax.tree.map(lambda i, h: jnp.where(start, i, h), initial, c)
-    c = network.apply(params, c, x_t, method="cell")
-    return c, c
-
-  _, carries = jax.lax.scan(body, carry, (x, starts))                    # [T, H]
-  logits, values = network.apply(params, carries, method="heads")
+  xp, w_h, b_h = network.apply(params, obs, prev_actions, prev_rewards,
+                               method="project")                         # [T, K, 3H]
+  hs = gru.scan(w_h, b_h, network.stack(carry), xp, starts)             # [T, K, H]
+  logits, values = network.apply(params, network.unstack(hs), method="heads")
   if final is None:
     return logits, values, None
-  x_final = network.apply(params, *final, method="encode")
-  after = network.apply(params, carries, x_final, method="cell")
+  xp_final, _, _ = network.apply(params, *final, method="project")
+  after = network.unstack(gru.step(w_h, b_h, hs, xp_final))
   return logits, values, network.apply(params, after, method="heads")[1]
 
 

@@ -14,7 +14,8 @@ the median of the per-round ratios):
    `--updates` updates per compiled call; the same config with `network.kind` "mlp"
    (PPO's 64-64 tanh MLP actor-critic), "gru" (64-unit encoder, 64-unit GRU, shared
    trunk) and "transformer" (d_model 32, 2 heads, 1 layer, 64 cache slots). Target for
-   the GRU: >= 0.3 of the MLP's steps/s.
+   the GRU: >= 0.3 of the MLP's steps/s. `--old_sequence_networks=FILE` adds the GRU
+   built by a previous version of `credit_jax/sequence_networks.py` to the same rounds.
 2. Transformer acting cost per step at episode step 10 vs step 1000 (`--num_envs`
    environments vmapped, d_model 32, 2 heads, 1 layer, `max_len` = 1024 so the whole
    episode is in the attention window):
@@ -38,6 +39,11 @@ _REPEATS = flags.DEFINE_integer("repeats", 5, "timed rounds")
 _UPDATES = flags.DEFINE_integer("updates", 2, "PPO updates per compiled call")
 _HORIZON = flags.DEFINE_integer("horizon", 1000, "KeyChain episode length T")
 _STEPS = flags.DEFINE_list("steps", ["10", "1000"], "episode steps to time acting at")
+_OLD = flags.DEFINE_string(
+    "old_sequence_networks", None,
+    "optional: a previous credit_jax/sequence_networks.py (e.g. `git show "
+    "7467963:credit_jax/sequence_networks.py > /tmp/old_sn.py`); adds a row 'gru (old)' "
+    "whose PPO uses its networks, timed in the same rounds (before/after in one run)")
 
 SCAN = 16
 
@@ -64,8 +70,19 @@ def _paired(times, a, b):
   return statistics.median(x / y for x, y in zip(times[a], times[b]))
 
 
-def ppo_programs(num_envs, horizon, updates):
-  """`{kind: (compiled train, (key,))}` and the compile seconds of each."""
+def _load_module(path, name):
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module       # flax's dataclass transform looks the module up
+  spec.loader.exec_module(module)
+  return module
+
+
+def ppo_programs(num_envs, horizon, updates, old_networks=None):
+  """`{kind: (compiled train, (key,))}` and the compile seconds of each; with
+  `old_networks` (a sequence_networks module) also "gru (old)", PPO's GRU built by it."""
   import jax  # pylint: disable=import-outside-toplevel
   import importlib.util  # pylint: disable=import-outside-toplevel
   import os  # pylint: disable=import-outside-toplevel
@@ -74,8 +91,11 @@ def ppo_programs(num_envs, horizon, updates):
   ppo_gru_keychain = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(ppo_gru_keychain)
   from credit_jax import algos  # pylint: disable=import-outside-toplevel
+  from credit_jax.algos import ppo_sequence  # pylint: disable=import-outside-toplevel
   fns, compile_s = {}, {}
-  for kind in ("mlp", "gru", "transformer"):
+  names = ("mlp", "gru") + (("gru (old)",) if old_networks else ()) + ("transformer",)
+  for name in names:
+    kind = name.split()[0]
     c = ppo_gru_keychain.get_config()
     c.env_kwargs.horizon, c.num_steps, c.num_envs = horizon, horizon, num_envs
     c.num_minibatches, c.update_epochs = 2, 2
@@ -85,10 +105,15 @@ def ppo_programs(num_envs, horizon, updates):
       c.network.hidden_sizes = (64, 64)
     key = jax.random.PRNGKey(0)
     start = time.perf_counter()
-    fn = jax.jit(algos.make_train(c)).lower(key).compile()
+    current = ppo_sequence.sn
+    ppo_sequence.sn = old_networks if name == "gru (old)" else current
+    try:
+      fn = jax.jit(algos.make_train(c)).lower(key).compile()
+    finally:
+      ppo_sequence.sn = current
     jax.block_until_ready(fn(key))
-    compile_s[kind] = time.perf_counter() - start
-    fns[kind] = (fn, (key,))
+    compile_s[name] = time.perf_counter() - start
+    fns[name] = (fn, (key,))
   return fns, compile_s
 
 
@@ -145,7 +170,8 @@ def main(argv):
   print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}; "
         f"{repeats} alternating rounds, medians, compile excluded")
 
-  ppo, compile_s = ppo_programs(num_envs, horizon, _UPDATES.value)
+  old = _load_module(_OLD.value, "old_sequence_networks") if _OLD.value else None
+  ppo, compile_s = ppo_programs(num_envs, horizon, _UPDATES.value, old)
   times = _rounds(ppo, repeats)
   env_steps = _UPDATES.value * num_envs * horizon
   print(f"\nPPO on KeyChain-v0 T={horizon} (k=2, A=2, cue_delay=16), {num_envs} envs x "
@@ -157,6 +183,9 @@ def main(argv):
   for kind, ts in times.items():
     print(f"| {kind} | {env_steps / statistics.median(ts):.3g} | {min(ts):.3f} | "
           f"{_paired(times, 'mlp', kind):.3f} | {compile_s[kind]:.1f} |")
+  if old:
+    print(f"GRU speed-up over the old networks (median of paired ratios): "
+          f"{_paired(times, 'gru (old)', 'gru'):.2f}x")
 
   acting = acting_programs(num_envs, steps)
   times = _rounds(acting, repeats)

@@ -101,11 +101,6 @@ def validate_fields(config) -> None:
   curriculum.validate(config)
   # Recipes built on these fields (grpo_hindsight, search_then_train) run MLPs only.
   grpo_sequence.validate_network(config, config.get("algo", "grpo") == "grpo")
-  if grpo_sequence.network_kind(config) != "mlp":
-    prm_on = config.get("prm") is not None and bool(config.prm.get("enabled", False))
-    req(not prm_on and not curriculum.enabled(config), "network.kind",
-        f"{grpo_sequence.network_kind(config)!r} networks do not support PRM shaping or a "
-        f"curriculum yet; use network.kind='mlp' with config.prm / config.curriculum")
 
 
 def validate_config(config) -> None:

@@ -13,6 +13,11 @@
     log-probs are the rollout's (up to float rounding);
   * the frozen reference policy of the KL penalty is replayed the same way.
 
+PRM shaping (`config.prm`, `credit_jax/prm.py`) and a curriculum (`config.curriculum`,
+`credit_jax/curriculum.py`) hook in where `grpo.py` hooks them (the PRM scores the
+episodes' observations and actions, not the policy's memory; the curriculum sets each
+update's episode length), with the same hparams, aux entries and metrics.
+
 Advantages, loss aggregation, minibatches over whole groups (the task axis), and the
 metrics are GRPO's (see `grpo.py`). Network fields (`config.network`): `kind`; GRU:
 `hidden_sizes` (encoder MLP), `gru_size`, `activation`, `shared_torso`; transformer:
@@ -27,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 import credit_jax as cj
-from credit_jax import rollout
+from credit_jax import curriculum, prm, rollout
 from credit_jax import sequence_networks as sn
 from credit_jax.algos import common, ppo_sequence
 from credit_jax.types import PolicyState
@@ -85,20 +90,29 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
                static: tuple) -> common.Train:
   """`Train` for GRPO with a sequence network; `grpo.make_train` calls it (validated)
   with its loss (`grpo.surrogate_loss`) and static settings (`grpo.settings(config)`)."""
-  env, env_params = common.make_env(config)
+  # Curriculum hook (credit_jax/curriculum.py), as grpo.py: the env's episode length is
+  # a traced param set per update.
+  env, env_params = (curriculum.make_env(config) if curriculum.enabled(config)
+                     else common.make_env(config))
+  cur = curriculum.Curriculum(config, env_params) if curriculum.enabled(config) else None
   network, obs_shape = ppo_sequence.make_network(config, env, env_params)
   policy = sn.make_sequence_policy(network, value=False)
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
    kind, agg) = static
+  shaper = prm.make_shaper(config, env, env_params)   # None unless config.prm.enabled
 
   def init_fn(key, hp):
-    k_params, k_run = jax.random.split(key)
+    k_params, k_run, k_prm = jax.random.split(key, 3)
     params = sn.init_params(network, k_params, obs_shape)
     opt_state = optimizer.init(params, hp["max_grad_norm"])
     # The reference policy is the initial one, frozen, riding in the state.
+    aux = {"ref_params": params} if use_kl else {}
+    if cur:
+      aux["curriculum"] = cur.init()
+    if shaper is not None:
+      aux.update(shaper.init(k_prm))
     return common.TrainState(params=params, opt_state=opt_state, key=k_run,
-                             update=jnp.zeros((), jnp.int32),
-                             aux={"ref_params": params} if use_kl else {})
+                             update=jnp.zeros((), jnp.int32), aux=aux)
 
   def loss_fn(params, mb, ref_params, hp):
     inputs = (mb["obs"], mb["prev_actions"], mb["prev_rewards"], mb["starts"])
@@ -108,35 +122,51 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
 
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)
-    traj = rollout.collect_groups(env, env_params, policy, state.params, k_roll,
+    aux, roll_params = state.aux, env_params
+    if cur:  # curriculum hook: this update's episode length
+      stage = cur.select(aux["curriculum"], state.update, jax.random.fold_in(k_perm, 1))
+      roll_params = cur.env_params(aux["curriculum"], env_params, stage)
+    traj = rollout.collect_groups(env, roll_params, policy, state.params, k_roll,
                                   num_tasks, group, horizon)            # [T, N, K]
     valid = traj.valid
     start = PolicyState(carry=None, prev_action=jnp.full((num_tasks, group), -1, jnp.int32),
                         prev_reward=jnp.zeros((num_tasks, group), jnp.float32))
     prev_a, prev_r, starts = rollout.sequence_inputs(traj, start)
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
-    adv, degenerate = cj.group_advantages(returns, kind=kind)          # [N, K], [N]
+    scores, prm_metrics = returns, {}
+    if shaper is not None:   # PRM shaping (prm.py): outcome_w * outcome + w * agg PRM
+      scores, aux, prm_metrics = shaper.shape(aux, traj, returns, hp,
+                                              jax.random.fold_in(k_perm, 1), state.update)
+    adv, degenerate = cj.group_advantages(scores, kind=kind)           # [N, K], [N]
     data = {"obs": traj.obs, "prev_actions": prev_a, "prev_rewards": prev_r,
             "starts": starts, "actions": traj.actions, "log_probs": traj.log_probs,
             "advantages": jnp.broadcast_to(adv[None], valid.shape), "valid": valid}
     lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-    ref_params = state.aux.get("ref_params")
+    ref_params = aux.get("ref_params")
     # Minibatches split the task axis (axis 1): every group, every episode stays whole.
     params, opt_state, metrics = common.minibatch_epochs(
         lambda p, mb: loss_fn(p, mb, ref_params, hp), state.params, state.opt_state,
         data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
     if with_success:
-      metrics["success"] = jnp.mean((returns > 0).astype(jnp.float32))
+      metrics["success"] = jnp.mean(
+          curriculum.episode_success(traj, returns).astype(jnp.float32))
+    if cur:  # curriculum hook: promotion / priorities, and the steps actually taken
+      aux = {**aux, "curriculum": cur.observe(aux["curriculum"], stage, metrics["success"])}
+      metrics.update(cur.metrics(aux["curriculum"], stage),
+                     env_steps=jnp.sum(valid).astype(jnp.float32))
     metrics.update({
         "lr": lr, "return": returns.mean(),
         "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
-        "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()})
+        "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean(),
+        **prm_metrics})
     return common.TrainState(params=params, opt_state=opt_state, key=key,
-                             update=state.update + 1, aux=state.aux), metrics
+                             update=state.update + 1, aux=aux), metrics
 
   return common.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
-      default_hparams={k: config[k] for k in hparam_names}, num_updates=n_updates,
+      default_hparams={**{k: config[k] for k in hparam_names},
+                       **(shaper.hparams if shaper is not None else {})},
+      num_updates=n_updates,
       env_steps_per_update=num_tasks * group * horizon,
       headline=(("success",) if with_success else ("return",)) + ("degenerate_frac",))
