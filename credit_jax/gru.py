@@ -7,12 +7,17 @@ initial values: children `ir`, `iz`, `in` with kernel and bias, `hr`, `hz` witho
     r = sigmoid(x W_ir + b_ir + h W_hr)          z = sigmoid(x W_iz + b_iz + h W_hz)
     n = tanh(x W_in + b_in + r * (h W_hn + b_hn))  h' = (1 - z) * n + z * h,
 
-arranged for speed (equal to flax's cell up to float rounding, tested):
+arranged for speed (equal to flax's cell up to float rounding, tested): calling `GRUCell`
+returns the three input kernels concatenated into one `[E, 3H]` matrix and the three
+recurrent ones into one `[H, 3H]`, so a step is one input matmul (done for all steps at
+once, outside the loop, by the caller of `scan`) and one recurrent matmul. That much is
+plain JAX and always on: `jnp.tanh`, `jax.nn.sigmoid`, and `jax.lax.scan` differentiated
+by JAX.
 
-  * calling `GRUCell` returns the three input kernels concatenated into one `[E, 3H]`
-    matrix and the three recurrent ones into one `[H, 3H]`, so a step is one input
-    matmul (done for all steps at once, outside the loop, by the caller of `scan`) and
-    one recurrent matmul;
+With `credit_jax.fast_paths` on (opt-in; the entry points turn it on for CPU runs) two
+more rewrites are used, equal up to float rounding (tests/test_sequence_gru.py) and
+benchmarked both ways (BENCHMARKS.md, `scripts/bench_sequence.py`):
+
   * `sigmoid(a) = (1 + tanh(a / 2)) / 2`, and `tanh` written out as the rational
     function XLA itself uses for float32 (XLA's CPU code for `jnp.tanh` and the
     logistic inside a loop is slower than for the same arithmetic written out);
@@ -32,6 +37,8 @@ from typing import Tuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from credit_jax import fast_paths
 
 Array = jax.Array
 
@@ -107,15 +114,23 @@ def _sigmoid(a: Array) -> Array:
   return 0.5 * tanh(0.5 * a) + 0.5
 
 
+def _activations():
+  """`(tanh, sigmoid)`: the written-out pair with the fast paths on, else jax's own."""
+  if fast_paths.enabled():
+    return tanh, _sigmoid
+  return jnp.tanh, jax.nn.sigmoid
+
+
 def _gates(w_h: Array, b_h: Array, h: Array, xp: Array):
   """One step: `h [..., K, H]`, `xp [..., K, 3H]` (projected input) -> `(h', r, z, n, hn)`
   with `hn = h W_hn + b_hn` (the candidate's recurrent term, kept for the backward)."""
   size = h.shape[-1]
+  tanh_fn, sigmoid_fn = _activations()
   hh = jnp.einsum("...kh,khg->...kg", h, w_h) + b_h
-  rz = _sigmoid(xp[..., :2 * size] + hh[..., :2 * size])
+  rz = sigmoid_fn(xp[..., :2 * size] + hh[..., :2 * size])
   r, z = rz[..., :size], rz[..., size:]
   hn = hh[..., 2 * size:]
-  n = tanh(xp[..., 2 * size:] + r * hn)
+  n = tanh_fn(xp[..., 2 * size:] + r * hn)
   return (1.0 - z) * n + z * h, r, z, n, hn
 
 
@@ -146,20 +161,24 @@ def scan(w_h: Array, b_h: Array, h0: Array, xp: Array, starts: Array) -> Array:
     starts: [T] bool; the hidden state is reset to zeros before step t where True.
   Returns:
     hs: [T, K, H], the hidden state after each step (its outputs). Differentiable in
-    `w_h`, `b_h`, `h0` and `xp` (hand-written backward; equal to autodiff of the loop
-    up to float rounding).
+    `w_h`, `b_h`, `h0` and `xp`: by JAX's autodiff of the loop, or, with the fast paths
+    on, by a hand-written backward (equal up to float rounding).
   """
   _check(w_h, b_h, h0, xp, starts)
-  return _scan(w_h, b_h, h0, xp, starts)
+  if fast_paths.enabled():
+    return _scan(w_h, b_h, h0, xp, starts)
+  return _plain_scan(w_h, b_h, h0, xp, starts)
 
 
-@jax.custom_vjp
-def _scan(w_h, b_h, h0, xp, starts):
+def _plain_scan(w_h, b_h, h0, xp, starts):
   def body(h, inputs):
     xp_t, start = inputs
     h = step(w_h, b_h, jnp.where(start, 0.0, h), xp_t)
     return h, h
   return jax.lax.scan(body, h0, (xp, starts))[1]
+
+
+_scan = jax.custom_vjp(_plain_scan)   # the fast path: _scan_fwd / _scan_bwd below
 
 
 def _scan_fwd(w_h, b_h, h0, xp, starts):

@@ -14,8 +14,11 @@ the median of the per-round ratios):
    `--updates` updates per compiled call; the same config with `network.kind` "mlp"
    (PPO's 64-64 tanh MLP actor-critic), "gru" (64-unit encoder, 64-unit GRU, shared
    trunk) and "transformer" (d_model 32, 2 heads, 1 layer, 64 cache slots). Target for
-   the GRU: >= 0.3 of the MLP's steps/s. `--old_sequence_networks=FILE` adds the GRU
-   built by a previous version of `credit_jax/sequence_networks.py` to the same rounds.
+   the GRU: >= 0.3 of the MLP's steps/s. Every row is traced with `credit_jax.fast_paths`
+   on (as `scripts/train.py` does on CPU) except "gru (plain)", the same GRU PPO traced
+   with them off (jax's tanh/sigmoid and autodiff through the loop, see
+   `credit_jax/gru.py`): the fast paths benchmarked both ways. `--old_sequence_networks=FILE`
+   adds the GRU built by a previous version of `credit_jax/sequence_networks.py`.
 2. Transformer acting cost per step at episode step 10 vs step 1000 (`--num_envs`
    environments vmapped, d_model 32, 2 heads, 1 layer, `max_len` = 1024 so the whole
    episode is in the attention window):
@@ -90,10 +93,11 @@ def ppo_programs(num_envs, horizon, updates, old_networks=None):
   spec = importlib.util.spec_from_file_location("ppo_gru_keychain", path)
   ppo_gru_keychain = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(ppo_gru_keychain)
-  from credit_jax import algos  # pylint: disable=import-outside-toplevel
+  from credit_jax import algos, fast_paths  # pylint: disable=import-outside-toplevel
   from credit_jax.algos import ppo_sequence  # pylint: disable=import-outside-toplevel
   fns, compile_s = {}, {}
-  names = ("mlp", "gru") + (("gru (old)",) if old_networks else ()) + ("transformer",)
+  names = (("mlp", "gru", "gru (plain)") + (("gru (old)",) if old_networks else ())
+           + ("transformer",))
   for name in names:
     kind = name.split()[0]
     c = ppo_gru_keychain.get_config()
@@ -108,7 +112,8 @@ def ppo_programs(num_envs, horizon, updates, old_networks=None):
     current = ppo_sequence.sn
     ppo_sequence.sn = old_networks if name == "gru (old)" else current
     try:
-      fn = jax.jit(algos.make_train(c)).lower(key).compile()
+      with fast_paths.use(name != "gru (plain)"):
+        fn = jax.jit(algos.make_train(c)).lower(key).compile()
     finally:
       ppo_sequence.sn = current
     jax.block_until_ready(fn(key))
@@ -183,6 +188,8 @@ def main(argv):
   for kind, ts in times.items():
     print(f"| {kind} | {env_steps / statistics.median(ts):.3g} | {min(ts):.3f} | "
           f"{_paired(times, 'mlp', kind):.3f} | {compile_s[kind]:.1f} |")
+  print(f"GRU PPO, fast paths on over off (median of paired ratios): "
+        f"{_paired(times, 'gru (plain)', 'gru'):.2f}x")
   if old:
     print(f"GRU speed-up over the old networks (median of paired ratios): "
           f"{_paired(times, 'gru (old)', 'gru'):.2f}x")

@@ -1,5 +1,8 @@
 """The fused GRU (credit_jax/gru.py) against flax's `nn.GRUCell` and against autodiff.
 
+Both ways: plain JAX (the default) and with `credit_jax.fast_paths` on (written-out
+tanh/sigmoid and the hand-written backward of `gru.scan`).
+
 The reference is the GRU actor-critic as it was before the fused cell: flax's
 `nn.GRUCell`, stepped in a `lax.scan` with jax's own autodiff. Same parameters (names,
 shapes, initial values), same outputs and gradients up to float rounding, under jit and
@@ -13,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import gru, networks
+from credit_jax import fast_paths, gru, networks
 from credit_jax import sequence_networks as sn
 
 
@@ -118,8 +121,13 @@ def test_same_parameters_as_flax_gru_cell(shared):
   jax.tree.map(np.testing.assert_array_equal, p_new, p_old)
 
 
-@pytest.mark.parametrize("shared", [True, False])
-def test_step_equals_flax_gru_cell(shared):
+@pytest.mark.parametrize("shared,fast", [(True, False), (False, True)])
+def test_step_equals_flax_gru_cell(shared, fast):
+  with fast_paths.use(fast):
+    _step_equals_flax_gru_cell(shared)
+
+
+def _step_equals_flax_gru_cell(shared):
   new, old = _pair(shared)
   params = sn.init_params(new, jax.random.key(1), (OBS,))
   obs, prev_a, prev_r, _, _ = _window(jax.random.key(2))
@@ -134,8 +142,13 @@ def test_step_equals_flax_gru_cell(shared):
             old.apply(params, c1, obs[1, 0], prev_a[1, 0], prev_r[1, 0], method="step"))
 
 
-@pytest.mark.parametrize("shared", [True, False])
-def test_unroll_outputs_and_gradients_equal_the_flax_cell_loop(shared):
+@pytest.mark.parametrize("shared,fast", [(True, True), (False, True), (False, False)])
+def test_unroll_outputs_and_gradients_equal_the_flax_cell_loop(shared, fast):
+  with fast_paths.use(fast):
+    _unroll_outputs_and_gradients_equal_the_flax_cell_loop(shared)
+
+
+def _unroll_outputs_and_gradients_equal_the_flax_cell_loop(shared):
   new, old = _pair(shared)
   params = sn.init_params(new, jax.random.key(4), (OBS,))
   obs, prev_a, prev_r, starts, final = _window(jax.random.key(5))
@@ -166,8 +179,13 @@ def test_unroll_outputs_and_gradients_equal_the_flax_cell_loop(shared):
 
 
 def test_scan_backward_equals_autodiff_of_the_loop():
-  """`gru.scan`'s hand-written backward against jax's autodiff of a plain scan of
-  `gru.step`, for K = 2 stacked cells, vmapped over 3 sequences and not."""
+  """`gru.scan`'s hand-written backward (fast paths on) against jax's autodiff of a plain
+  scan of `gru.step`, for K = 2 stacked cells, vmapped over 3 sequences and not."""
+  with fast_paths.use(True):
+    _scan_backward_equals_autodiff_of_the_loop()
+
+
+def _scan_backward_equals_autodiff_of_the_loop():
   k, h, t = 2, 4, 9
   ks = jax.random.split(jax.random.key(8), 5)
   w_h = jax.random.normal(ks[0], (k, h, 3 * h)) * 0.7
