@@ -35,7 +35,10 @@ that can only cut an episode short, as a truncation with no reward.
 Oracle: `info["pivotal"]` (bool, the step just taken was pivotal),
 `info["correct_action"]` (int32, its right action, -1 at distractor steps) and
 `info["correct"]` (bool, pivotal and the action taken was right); `oracle(state)` gives
-the whole episode's mask and answers.
+the whole episode's mask and answers. `oracle_feature(state)` ([2] float32, jittable) is
+what an oracle-state critic may see of the hidden state (never the actor): whether every
+pivotal step so far was answered right, and the fraction of pivotal steps still ahead
+(see `credit_jax/algos/ppo_critics.py`).
 
 Actions are cast to int32. An action outside `[0, A)` (possible under jit, where nothing
 can raise) is a wrong answer at a pivotal step and has no effect elsewhere: it can never
@@ -176,6 +179,26 @@ class KeyChain(base.CreditEnv):
   def correct_action(self, state: KeyChainState) -> jax.Array:
     """[] int32: the right action at the state's current step; -1 at a distractor."""
     return self._answer_at(state, state.time)[1]
+
+  # Names of `oracle_feature`'s entries, in order.
+  ORACLE_FEATURES = ("all_correct", "pivotal_left")
+
+  def oracle_feature(self, state: KeyChainState) -> jax.Array:
+    """[2] float32 ground truth about an (unbatched) state, for an oracle-state critic.
+
+    [0] `all_correct`: 1.0 iff every pivotal step taken so far was answered right (1.0 at
+        an episode's start; after the last step, 1.0 iff the episode succeeded).
+    [1] `pivotal_left`: the fraction of the k pivotal steps not yet taken,
+        `#{i : positions[i] >= time} / k` (1.0 at the start, 0.0 after the last step).
+
+    With the observation's time feature these determine the success probability of any
+    policy that acts on the current observation alone (`cue_delay = 0`): it is
+    `all_correct * q^(k * pivotal_left)`, q its chance of answering one pivotal step
+    right. The bit alone would not: with random positions the observation does not say
+    whether the pivotal step of the current segment has passed.
+    """
+    left = jnp.sum(state.positions >= state.time).astype(jnp.float32)
+    return jnp.stack([state.all_correct.astype(jnp.float32), left / self.num_pivotal])
 
   def oracle(self, state: KeyChainState) -> Tuple[jax.Array, jax.Array]:
     """The episode's ground truth, from any state of it (unbatched).
