@@ -199,3 +199,22 @@ def test_oracle_critic_needs_an_env_with_the_feature():
     algos.validate_config(c)
   c.retry_attempts = 0
   algos.validate_config(c)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("critic_kind,oracle", [("gru", False), ("mlp", True)])
+def test_mlp_actor_with_a_separate_critic_learns_keychain(critic_kind, oracle):
+  # KeyChain T = 8, k = 2, A = 4 (random policy: 1/16): an MLP actor with a GRU critic
+  # over the episode, or with an MLP critic that sees the oracle state. Seed 0 reached
+  # training success >= 0.94 from update 40 on in both (0.98-0.99 over the last 10 of 100).
+  c = keychain_config("mlp", critic_kind, oracle, horizon=8, num_actions=4)
+  c.num_envs, c.num_steps, c.num_minibatches, c.update_epochs = 16, 8, 2, 4
+  c.network.hidden_sizes, c.network.gru_size = (32,), 32
+  c.lr, c.anneal_lr, c.gamma, c.gae_lambda = 3e-3, False, 1.0, 0.95
+  c.total_timesteps = 70 * 16 * 8
+  _, m = jax.jit(algos.make_train(c))(jax.random.PRNGKey(0))
+  success = np.asarray(m["success"])
+  print(f"{critic_kind} critic, oracle {oracle}: success at updates 0, 10, ...: "
+        f"{np.round(success[::10], 2).tolist()}")
+  assert success[:5].mean() <= 0.3            # starts near the random rate
+  assert success[-10:].mean() >= 0.85
