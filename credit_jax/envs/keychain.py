@@ -200,6 +200,35 @@ class KeyChain(base.CreditEnv):
     left = jnp.sum(state.positions >= state.time).astype(jnp.float32)
     return jnp.stack([state.all_correct.astype(jnp.float32), left / self.num_pivotal])
 
+  def draw_probabilities(self) -> Tuple[np.ndarray, np.ndarray]:
+    """The exact distribution of a reset's draws (host-side NumPy, float64).
+
+    Returns:
+      position_probs: [k, T], row i the probability that pivotal step i is at step t
+        (zero outside segment i; one entry 1.0 with `positions="fixed"`).
+      cue_probs: [A], the probability of each cue (the same for every pivotal step).
+    The k positions and the k cues are independent draws. Computed from the bits each
+    draw uses (module docstring): uniform up to the stated 2**-16 relative error.
+    """
+    k, horizon = self.num_pivotal, self.horizon
+    starts = np.asarray(self._seg_start, np.int64)
+    lengths = np.asarray(self._seg_len, np.int64)
+    bits = 16 if self._packed_draws else 32
+    position_probs = np.zeros((k, horizon), np.float64)
+    for i in range(k):
+      if self.positions == "fixed":
+        position_probs[i, int(np.asarray(self._fixed_positions)[i])] = 1.0
+        continue
+      j = np.arange(lengths[i], dtype=np.int64)
+      if self._packed_draws:   # offset = (h * L) >> 16: #{h : floor(h L / 2^16) = j}
+        counts = -((-(j + 1) << 16) // lengths[i]) + ((-j << 16) // lengths[i])
+      else:                    # offset = h % L
+        counts = (2 ** 32 - 1 - j) // lengths[i] + 1
+      position_probs[i, starts[i]:starts[i] + lengths[i]] = counts / float(2 ** bits)
+    c = np.arange(self._num_actions, dtype=np.int64)
+    cue_probs = ((2 ** bits - 1 - c) // self._num_actions + 1) / float(2 ** bits)
+    return position_probs, cue_probs
+
   def oracle(self, state: KeyChainState) -> Tuple[jax.Array, jax.Array]:
     """The episode's ground truth, from any state of it (unbatched).
 
