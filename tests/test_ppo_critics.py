@@ -97,7 +97,8 @@ def test_oracle_feature_from_states_matches_oracle():
   np.testing.assert_allclose(np.asarray(env.oracle_feature(state)), [0.0, 0.0])
 
 
-@pytest.mark.parametrize("critic_kind,time_limit", [("gru", 4), ("transformer", None)])
+@pytest.mark.parametrize("critic_kind,time_limit", [
+    ("gru", 4), pytest.param("transformer", None, marks=pytest.mark.slow)])
 def test_sequence_critic_values_and_bootstraps_follow_its_carry_across_windows(
     critic_kind, time_limit):
   # An MLP actor with a sequence critic that sees the oracle; episodes of T = 5 end inside

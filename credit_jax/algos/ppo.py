@@ -24,7 +24,9 @@ trained by `credit_jax.algos.ppo_sequence` (minibatches over whole environment w
 `config.network.critic_kind` ("same": that network's value head, the default) and
 `config.network.critic_oracle` give the critic a network of its own (an MLP actor with a
 GRU critic, the reverse, a critic that also sees the environment's ground-truth state),
-trained by `credit_jax.algos.ppo_critics`.
+trained by `credit_jax.algos.ppo_critics`. `config.gae_gradient_every = N > 0` adds
+metrics `gae_grad_*` every N updates: the GAE policy gradient under the critic against
+KeyChain's exact gradient (`credit_jax/gae_gradient.py`).
 """
 from __future__ import annotations
 

@@ -26,6 +26,10 @@ minibatches hold whole environment windows, as in `ppo_sequence.py`; a sequence 
 values replay the window from its stored carry and GAE bootstraps a truncated step from
 its final observation under the carry at that step (`ppo_sequence.values_and_advantages`).
 With two MLPs, minibatches shuffle steps and GAE is `ppo.advantages_with_boundaries`.
+
+`make_ppo_measure(config)` measures PPO's GAE policy gradient under its critic against
+KeyChain's exact gradient (`credit_jax/gae_gradient.py`); `config.gae_gradient_every`
+makes `ppo.make_train` report it every N updates (`with_gae_gradient`).
 """
 from __future__ import annotations
 
