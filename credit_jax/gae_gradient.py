@@ -214,15 +214,16 @@ METRIC_PREFIX = "gae_grad_"
 class MeasuredTrain(common.Train):
   """A `Train` whose `run` also reports a measurement every `every` updates.
 
-  `run(state, hparams, U)` runs blocks of `every` updates; before each block,
-  `measure_fn(state, hparams) -> {name: []}` is evaluated at the block's first state
-  and reported as metric `METRIC_PREFIX + name` of the block's first update (NaN at the
-  other updates, and at the updates of a last partial block, which are not measured).
-  No `lax.cond`: under a vmap over seeds a cond becomes a select that would run the
-  measurement at every update. With `run` calls of a multiple of `every` updates (the
-  runner's chunks, `config.chunk_updates`) the measured updates are those with
-  `update % every == 0`, measured before that update learns. `update` (one step) is the
-  wrapped train's, without the measurement.
+  `run(state, hparams, U)` runs blocks of `every` updates (the last one shorter when
+  `every` does not divide U); before each block, `measure_fn(state, hparams) -> {name:
+  []}` is evaluated at the block's first state and reported as metric
+  `METRIC_PREFIX + name` at every update of the block (the latest measurement, as PPO's
+  `return` carries the latest episodes'), with `METRIC_PREFIX + "measured"` 1.0 at the
+  block's first update and 0.0 at the others. No `lax.cond`: under a vmap over seeds a
+  cond becomes a select that would run the measurement at every update. With `run` calls
+  of a multiple of `every` updates (the runner's chunks, `config.chunk_updates`) the
+  measured updates are those with `update % every == 0`, measured before that update
+  learns. `update` (one step) is the wrapped train's, without the measurement.
   """
 
   def __init__(self, train: common.Train, every: int, measure_fn):
@@ -236,30 +237,24 @@ class MeasuredTrain(common.Train):
     self.every = int(every)
     self._measure_fn = measure_fn
 
+  def _block(self, state, hp, length: int):
+    stats = self._measure_fn(state, hp)
+    state, metrics = jax.lax.scan(lambda s, _: self._update_fn(s, hp), state, None,
+                                  length=length)
+    for k, v in stats.items():
+      metrics[METRIC_PREFIX + k] = jnp.full((length,), v, jnp.float32)
+    metrics[METRIC_PREFIX + "measured"] = (jnp.arange(length) == 0).astype(jnp.float32)
+    return state, metrics
+
   def run(self, state, hparams, num_updates):
     hp = self._hparams(hparams)
     blocks, tail = divmod(int(num_updates), self.every)
-    step = lambda s, _: self._update_fn(s, hp)
-
-    def nan_like(stats, length):
-      return {METRIC_PREFIX + k: jnp.full((length,), jnp.nan, jnp.float32)
-              for k in stats}
-
-    def block(s, _):
-      stats = self._measure_fn(s, hp)
-      s, metrics = jax.lax.scan(step, s, None, length=self.every)
-      pad = nan_like(stats, self.every)
-      metrics.update({METRIC_PREFIX + k: pad[METRIC_PREFIX + k].at[0].set(v)
-                      for k, v in stats.items()})
-      return s, metrics
-
-    shapes = jax.eval_shape(self._measure_fn, state, hp)
     parts = []
     if blocks:
-      state, m = jax.lax.scan(block, state, None, length=blocks)
+      state, m = jax.lax.scan(lambda s, _: self._block(s, hp, self.every), state, None,
+                              length=blocks)
       parts.append(jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), m))
     if tail or not blocks:
-      state, m = jax.lax.scan(step, state, None, length=tail)
-      m.update(nan_like(shapes, tail))
+      state, m = self._block(state, hp, tail)
       parts.append(m)
     return state, jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)

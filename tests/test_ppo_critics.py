@@ -1,12 +1,15 @@
 """Tests for PPO's independent critics (credit_jax.algos.ppo_critics) and KeyChain's
 oracle feature."""
+import importlib.util
+import os
+
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
 
-from credit_jax import algos, envs, rollout
+from credit_jax import algos, envs, gae_gradient, rollout
 from credit_jax.algos import common, ppo, ppo_critics
 from credit_jax.types import PolicyState
 
@@ -233,9 +236,11 @@ def test_gae_gradient_metrics_every_n_updates_leave_training_unchanged():
   for k in m0:        # the measurement draws from its own key: training is the same
     np.testing.assert_array_equal(m0[k], m1[k], err_msg=k)
   jax.tree.map(np.testing.assert_array_equal, s0.params, s1.params)
+  # Measured before updates 0 and 2 (a partial last block), reported until the next.
   bias = np.asarray(m1["gae_grad_bias"])
-  assert bias.shape == (3,) and np.isfinite(bias[0])
-  assert np.isnan(bias[1:]).all()   # update 2 starts a partial block: unmeasured
+  assert bias.shape == (3,) and np.isfinite(bias).all()
+  assert bias[0] == bias[1] != bias[2]
+  np.testing.assert_array_equal(m1["gae_grad_measured"], [1.0, 0.0, 1.0])
   # Update 0's figures are make_ppo_measure's at the initial parameters.
   state = measured.init(key)
   direct = jax.jit(ppo_critics.make_ppo_measure(c))(
@@ -277,3 +282,18 @@ def test_gae_gradient_config_errors(change, match):
     (c[head] if head else c)[leaf] = value
   with pytest.raises(common.ConfigError, match=match):
     algos.validate_config(c)
+
+
+@pytest.mark.parametrize("variant", [None, "oracle", "obs", "small"])
+def test_critic_keychain_config_variants_validate_and_build(variant):
+  path = os.path.join(os.path.dirname(__file__), os.pardir, "configs",
+                      "ppo_critic_keychain.py")
+  spec = importlib.util.spec_from_file_location("ppo_critic_keychain", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config(variant)
+  train = algos.make_train(c)
+  assert isinstance(train, gae_gradient.MeasuredTrain) and c.network.kind == "mlp"
+  assert ppo_critics.separate_critic(c) == (variant != "obs")
+  with pytest.raises(ValueError, match="unknown variant"):
+    module.get_config("huge")
