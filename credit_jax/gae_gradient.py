@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from credit_jax import diagnostics, networks, rollout
+from credit_jax import diagnostics, envs, networks, rollout
 from credit_jax.algos import common
 from credit_jax.envs.keychain import KeyChain, KeyChainState
 from credit_jax.types import PresampledPolicy
@@ -207,6 +207,38 @@ def make_measure(env, env_params, logits_fn: LogitsFn, value_fn: ValueFn,
 
 # ---------------------------------------------------------------------------------------
 # At checkpoints of a training run.
+
+
+def validate_config(config) -> None:
+  """The fields `gae_gradient_every` and `gae_gradient_episodes` of a recipe config (PPO's,
+  `ppo_critics.add_critic_fields`); raises `ConfigError` naming the field."""
+  req = common.require
+  every = int(config.get("gae_gradient_every", 0) or 0)
+  req(every >= 0, "gae_gradient_every", f"must be >= 0 (0: off), got {every}")
+  if not every:
+    return
+  req(int(config.get("gae_gradient_episodes", 64)) >= 2, "gae_gradient_episodes",
+      f"must be >= 2, got {config.get('gae_gradient_episodes')}")
+  req(int(config.chunk_updates) % every == 0, "gae_gradient_every",
+      f"must divide chunk_updates={config.chunk_updates} (measured at updates "
+      f"u % {every} == 0 of each compiled chunk)")
+  req(str(config.network.get("kind", "mlp")) == "mlp", "gae_gradient_every",
+      "the exact gradient needs an MLP actor (network.kind='mlp'), got "
+      f"{config.network.get('kind')!r}")
+  req(int(config.get("history_window", 0) or 0) == 0, "gae_gradient_every",
+      "the exact gradient needs history_window=0 (an actor on the current observation)")
+  req(int(config.get("retry_attempts", 0) or 0) == 0, "gae_gradient_every",
+      "the exact gradient needs retry_attempts=0")
+  try:
+    env, env_params = envs.make(config.env_name,
+                                **dict(config.get("env_kwargs", {}) or {}))
+  except ValueError:
+    return   # common.validate reports the environment itself
+  try:
+    check_exact(keychain_of(env), env_params)
+  except ValueError as e:
+    req(False, "gae_gradient_every", str(e))
+
 
 METRIC_PREFIX = "gae_grad_"
 

@@ -11,7 +11,6 @@ import pytest
 
 from credit_jax import algos, envs, gae_gradient, rollout
 from credit_jax.algos import common, ppo, ppo_critics
-from credit_jax.types import PolicyState
 
 collect = jax.jit(rollout.collect, static_argnums=(0, 2, 7))
 

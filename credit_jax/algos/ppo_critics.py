@@ -85,7 +85,7 @@ def validate_fields(config) -> None:
   oracle = config.network.get("critic_oracle", False)
   req(isinstance(oracle, (bool, np.bool_)), "network.critic_oracle",
       f"must be True or False, got {oracle!r}")
-  _validate_measure(config)
+  gae_gradient.validate_config(config)
   if not separate_critic(config):
     return
   if "sequence" in _layout(config):
@@ -101,32 +101,6 @@ def validate_fields(config) -> None:
     req(callable(getattr(env, "oracle_feature", None)), "network.critic_oracle",
         f"{config.env_name} has no oracle_feature(state) for an oracle-state critic "
         f"(KeyChain-v0 has one)")
-
-
-def _validate_measure(config) -> None:
-  req = common.require
-  every = int(config.get("gae_gradient_every", 0) or 0)
-  req(every >= 0, "gae_gradient_every", f"must be >= 0 (0: off), got {every}")
-  if not every:
-    return
-  req(int(config.get("gae_gradient_episodes", 64)) >= 2, "gae_gradient_episodes",
-      f"must be >= 2, got {config.get('gae_gradient_episodes')}")
-  req(int(config.chunk_updates) % every == 0, "gae_gradient_every",
-      f"must divide chunk_updates={config.chunk_updates} (measured at updates "
-      f"u % {every} == 0 of each compiled chunk)")
-  req(str(config.network.get("kind", "mlp")) == "mlp", "gae_gradient_every",
-      "the exact gradient needs an MLP actor (network.kind='mlp'), got "
-      f"{config.network.get('kind')!r}")
-  req(int(config.get("history_window", 0) or 0) == 0, "gae_gradient_every",
-      "the exact gradient needs history_window=0 (an actor on the current observation)")
-  req(int(config.get("retry_attempts", 0) or 0) == 0, "gae_gradient_every",
-      "the exact gradient needs retry_attempts=0")
-  try:
-    env, env_params = envs.make(config.env_name,
-                                **dict(config.get("env_kwargs", {}) or {}))
-    gae_gradient.check_exact(gae_gradient.keychain_of(env), env_params)
-  except ValueError as e:
-    req(False, "gae_gradient_every", str(e))
 
 
 def _layout(config) -> str:
@@ -458,7 +432,7 @@ def make_ppo_measure(config):
   config = ml_collections.ConfigDict(config.to_dict())
   config.gae_gradient_every = max(1, int(config.get("gae_gradient_every", 0) or 0))
   config.chunk_updates = config.gae_gradient_every
-  _validate_measure(config)
+  gae_gradient.validate_config(config)
   episodes_n = int(config.get("gae_gradient_episodes", 64))
   if not separate_critic(config):
     env, env_params = common.make_env(config)
