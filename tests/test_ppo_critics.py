@@ -249,6 +249,25 @@ def test_gae_gradient_metrics_every_n_updates_leave_training_unchanged():
   assert abs(float(direct["cosine"])) <= 1 and float(direct["true_norm"]) > 0
 
 
+def test_episode_values_of_a_gru_critic_equal_stepping_it():
+  # What the measurement weighs the episodes with: the GRU critic from its initial carry,
+  # fed the previous action and reward, on the oracle-augmented observations.
+  c = keychain_config("mlp", "gru", True)
+  env, env_params, num_oracle = ppo_critics.make_env(c)
+  _, critic, obs_shape = ppo_critics.make_parts(c, env, env_params, num_oracle)
+  params = critic.init(jax.random.PRNGKey(0), obs_shape)
+  traj = rollout.collect_episodes(env, env_params, rollout.uniform_random_policy(2), None,
+                                  jax.random.PRNGKey(1), 3, 5)
+  values = ppo_critics.episode_values(critic, params, traj)
+  step = jax.vmap(lambda c, o, a, r: critic.step(params, c, o, a, r))
+  carry = jax.tree.map(lambda x: jnp.broadcast_to(x, (3,) + x.shape), critic.initial_carry())
+  prev_a, prev_r = jnp.full((3,), -1, jnp.int32), jnp.zeros((3,))
+  for t in range(5):
+    carry, _, v = step(carry, traj.obs[t], prev_a, prev_r)
+    np.testing.assert_allclose(values[t], v, rtol=1e-5, atol=1e-6)
+    prev_a, prev_r = traj.actions[t], traj.rewards[t]
+
+
 def test_gae_gradient_under_a_gru_critic_is_unbiased_at_lambda_one():
   # gamma = lambda = 1: the critic is only a baseline (it sees the history, never the
   # action it weighs), so the estimate is unbiased whatever the GRU's weights.

@@ -423,6 +423,23 @@ def make_train(config, hparam_names, n_updates: int, advantages_fn) -> common.Tr
       headline=("success", "return") if with_success else ("return", "entropy"))
 
 
+def episode_values(critic: Part, critic_params, traj):
+  """values [T, N] of the critic on N episodes `traj` (leaves [T, N, ...]) that start at
+  step 0 (`rollout.collect_episodes`); a sequence critic runs from its initial carry."""
+  if not critic.sequential:
+    return critic.mlp_outputs(critic_params, traj.obs)[1]
+  n = traj.rewards.shape[1]
+  start = PolicyState(
+      carry=jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + x.shape),
+                         critic.initial_carry()),
+      prev_action=jnp.full((n,), -1, jnp.int32), prev_reward=jnp.zeros((n,), jnp.float32))
+  prev_a, prev_r, starts = rollout.sequence_inputs(traj, start)
+  batch_major = lambda x: jnp.swapaxes(x, 0, 1)
+  out = critic.window(critic_params, start.carry, batch_major(traj.obs),
+                      batch_major(prev_a), batch_major(prev_r), batch_major(starts))[1]
+  return batch_major(out)
+
+
 def make_ppo_measure(config):
   """`measure(params, key, gamma, gae_lambda) -> {gae_gradient.STAT_NAMES: []}` on PPO's
   parameters (`TrainState.params` of `ppo.make_train(config)`, one seed): the GAE policy
@@ -444,22 +461,9 @@ def make_ppo_measure(config):
   env, env_params, num_oracle = make_env(config)
   actor, critic, _ = make_parts(config, env, env_params, num_oracle)
 
-  def values(critic_params, traj):                                   # [T, N]
-    if not critic.sequential:
-      return critic.mlp_outputs(critic_params, traj.obs)[1]
-    n = traj.rewards.shape[1]
-    start = PolicyState(
-        carry=jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + x.shape),
-                           critic.initial_carry()),
-        prev_action=jnp.full((n,), -1, jnp.int32), prev_reward=jnp.zeros((n,), jnp.float32))
-    prev_a, prev_r, starts = rollout.sequence_inputs(traj, start)
-    batch_major = lambda x: jnp.swapaxes(x, 0, 1)
-    out = critic.window(critic_params, start.carry, batch_major(traj.obs),
-                        batch_major(prev_a), batch_major(prev_r), batch_major(starts))[1]
-    return batch_major(out)
-
   inner = gae_gradient.make_measure(
-      env, env_params, lambda p, o: actor.module.apply(p, o)[0], values, episodes_n)
+      env, env_params, lambda p, o: actor.module.apply(p, o)[0],
+      lambda p, traj: episode_values(critic, p, traj), episodes_n)
   return lambda params, key, gamma, lam: inner(params["actor"], params["critic"], key,
                                               gamma, lam)
 
