@@ -42,7 +42,7 @@ def get_config(arg=None):
   c.network.critic_kind = "gru"   # same | mlp | gru | transformer
   c.network.critic_oracle = False # the critic also sees env.oracle_feature(state)
   c.gae_gradient_every = 25       # gae_grad_* metrics every 25 updates
-  c.gae_gradient_episodes = 64    # fresh episodes per measurement
+  c.gae_gradient_episodes = 256   # fresh episodes per measurement
   c.chunk_updates = 50            # updates per compiled call (multiple of gae_gradient_every)
   c.checkpoint_every = 150        # updates between checkpoints (multiple of chunk_updates)
 

@@ -22,7 +22,13 @@ segments of `q_i = sum_t P_i(t) sum_c P(c) pi(c | o(t, c))`, a forward pass over
 gradient_stats` underneath):
   bias:           ||E[g] - grad J|| / ||grad J||, from the debiased `bias_sq` (the batch
                   mean's own noise subtracted); 0 for an unbiased estimator up to noise.
-  cosine:         cos(mean of g, grad J) (noisy for small N).
+  cosine:         cos(mean of g, grad J): pulled towards 0 by the batch mean's noise.
+  cosine_debiased: (mean of g . u) / sqrt(||mean||^2 - trace / N), u = grad J / ||grad J||:
+                  cos(E[g], grad J) without that pull (a ratio of unbiased estimates,
+                  clipped to [-1, 1]; 0 when the noise swamps the mean).
+  noise:          sqrt(trace / N) / ||grad J||, the batch mean's standard error relative
+                  to the true gradient: bias and cosines mean little unless it is << 1
+                  (N must grow with it; the trace grows with T on KeyChain).
   variance:       trace of the per-episode covariance of g.
   variance_along: per-episode variance of g . u, u = grad J / ||grad J||: the noise in
                   the one direction that matters (the trace also counts the distractor
@@ -60,8 +66,8 @@ LogitsFn = Callable[[Any, Array], Array]
 # episodes from `rollout.collect_episodes` (observations as the measured env gives them).
 ValueFn = Callable[[Any, Any], Array]
 
-STAT_NAMES = ("bias", "cosine", "variance", "variance_along", "true_norm", "mean_norm",
-              "objective", "success")
+STAT_NAMES = ("bias", "cosine", "cosine_debiased", "noise", "variance", "variance_along",
+              "true_norm", "mean_norm", "objective", "success")
 
 
 def keychain_of(env) -> KeyChain:
@@ -128,9 +134,16 @@ def gradient_stats(grads: Array, true_grad: Array) -> Dict[str, Array]:
   true_norm = jnp.sqrt(base["true_norm_sq"])
   safe = jnp.maximum(true_norm, jnp.finfo(true_norm.dtype).tiny)
   along = grads @ (true_grad / safe)                                   # [N]
+  mean = jnp.mean(grads, axis=0)
+  # ||E g||^2 estimated without the batch mean's noise, as bias_sq is.
+  signal_sq = jnp.sum(mean ** 2) - base["variance"] / grads.shape[0]
+  cos_debiased = jnp.mean(along) / jnp.sqrt(jnp.maximum(signal_sq, jnp.finfo(
+      signal_sq.dtype).tiny))
   return {"bias": base["bias"] / safe, "cosine": base["cosine"],
+          "cosine_debiased": jnp.clip(jnp.where(signal_sq > 0, cos_debiased, 0.0), -1, 1),
+          "noise": jnp.sqrt(base["variance"] / grads.shape[0]) / safe,
           "variance": base["variance"], "variance_along": jnp.var(along, ddof=1),
-          "true_norm": true_norm, "mean_norm": jnp.linalg.norm(jnp.mean(grads, axis=0))}
+          "true_norm": true_norm, "mean_norm": jnp.linalg.norm(mean)}
 
 
 def make_episode_gradients(env, env_params, logits_fn: LogitsFn, value_fn: ValueFn,
@@ -217,7 +230,7 @@ def validate_config(config) -> None:
   req(every >= 0, "gae_gradient_every", f"must be >= 0 (0: off), got {every}")
   if not every:
     return
-  req(int(config.get("gae_gradient_episodes", 64)) >= 2, "gae_gradient_episodes",
+  req(int(config.get("gae_gradient_episodes", 256)) >= 2, "gae_gradient_episodes",
       f"must be >= 2, got {config.get('gae_gradient_episodes')}")
   req(int(config.chunk_updates) % every == 0, "gae_gradient_every",
       f"must divide chunk_updates={config.chunk_updates} (measured at updates "

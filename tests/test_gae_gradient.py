@@ -128,6 +128,9 @@ def test_gae_gradient_against_enumeration(gamma, lam):
   else:
     np.testing.assert_allclose(stats["bias"], bias_ref, atol=0.1)
     np.testing.assert_allclose(stats["cosine"], cos_ref, atol=0.05)
+    np.testing.assert_allclose(stats["cosine_debiased"], cos_ref, atol=0.05)
+  se_mean = np.sqrt(np.sum(np.var(np.asarray(grads), axis=0, ddof=1)) / n)
+  np.testing.assert_allclose(stats["noise"], se_mean / np.linalg.norm(grad_j), rtol=1e-4)
   u = grad_j.ravel() / np.linalg.norm(grad_j)
   np.testing.assert_allclose(stats["variance_along"], np.var(np.asarray(grads) @ u, ddof=1),
                              rtol=1e-4)

@@ -57,7 +57,7 @@ def add_critic_fields(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict
   c.network.critic_kind = "same"     # same (network.kind's value head) | mlp | gru | transformer
   c.network.critic_oracle = False    # critic also sees env.oracle_feature(state); actor never
   c.gae_gradient_every = 0           # >0: every N updates, metrics gae_grad_* (KeyChain, MLP actor)
-  c.gae_gradient_episodes = 64       # fresh episodes per gae_grad measurement
+  c.gae_gradient_episodes = 256      # fresh episodes per gae_grad measurement
   return c
 
 
@@ -450,7 +450,7 @@ def make_ppo_measure(config):
   config.gae_gradient_every = max(1, int(config.get("gae_gradient_every", 0) or 0))
   config.chunk_updates = config.gae_gradient_every
   gae_gradient.validate_config(config)
-  episodes_n = int(config.get("gae_gradient_episodes", 64))
+  episodes_n = int(config.get("gae_gradient_episodes", 256))
   if not separate_critic(config):
     env, env_params = common.make_env(config)
     network, _ = common.make_network(config, env, env_params, value_head=True)
