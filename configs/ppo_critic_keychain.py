@@ -16,6 +16,12 @@ against the exact gradient (credit_jax/gae_gradient.py).
 Variants: none (T=50, k=3, A=4: random success 1/64; GRU critic), "oracle", "obs",
 "small" (T=8, k=2, A=4, GRU critic, 70 updates: the setting of the CI learning test,
 which reaches training success >= 0.94 from update 40 on, seed 0).
+
+Measured (seed 0, one run each, 64 episodes per measurement, 2-core machine at load
+average ~20): the exact success probability J of the actor at the measured updates
+reached 0.96 by update 51 with the oracle critic, 0.88 by update 176 with the GRU critic,
+and 0.75 by update 251 with the observation-only critic (all >= 0.95 at update 300).
+One seed: an illustration, not a comparison (the horizon study measures that).
 """
 from credit_jax.algos import ppo
 
