@@ -18,6 +18,11 @@ policy solved (both carry the previous value when no episode ended).
 Hyperparameters in `hparams` (traced, sweepable by vmap): lr, gamma, gae_lambda,
 clip_eps, ent_coef, vf_coef, max_grad_norm.
 
+Curriculum (`config.curriculum`, absent by default; see `credit_jax/curriculum.py`): the
+episode length `horizon` of KeyChain-v0 chosen per update (fixed, gated, or PLR scored by
+learnability or by value loss from this update's GAE), applied to the episodes that start
+in that update; adds `curriculum_stage`, `curriculum_value` and `env_steps`.
+
 `config.network.kind` picks the network: "mlp" (the default when the field is absent;
 this module), or "gru" / "transformer", sequence networks with memory of the episode,
 trained by `credit_jax.algos.ppo_sequence` (minibatches over whole environment windows).
