@@ -251,11 +251,11 @@ def _records(part, setting, curves) -> List[dict]:
   recs = []
   for name, cv in curves.items():
     for e in range(cv["success"].shape[0]):
-      recs.append({"part": part, "setting": setting, "method": name, "eval": e,
+      recs.append({"part": part, "setting": setting, "method": name, "eval": e,   # (c): e = update
                    "env_steps": cv["env_steps"][e].tolist(),
                    "success": cv["success"][e].tolist(),
-                   "train_success": cv["train_success"][e].tolist(),
-                   "stage_value": cv["stage_value"][e].tolist()})
+                   **{k: cv[k][e].tolist() for k in ("train_success", "stage_value")
+                      if k in cv}})
   return recs
 
 
