@@ -147,7 +147,7 @@ def method_carry(cur, config, method, stages, num_updates):
   return cur.carry(method, stages, (share,) * (len(stages) - 1), config.threshold)
 
 
-def train_curves(c, methods, key, config) -> Dict[str, dict]:
+def train_curves(c, methods, key, config, log=None) -> Dict[str, dict]:
   """Trains every method x `c.seeds` seeds side by side (one compiled program), in chunks
   of `eval_every` updates, evaluating each chunk's policy at the target length.
 
@@ -185,7 +185,8 @@ def train_curves(c, methods, key, config) -> Dict[str, dict]:
   chunk = jax.jit(jax.vmap(chunk_and_eval))
   out = {k: [] for k in ("env_steps", "success", "train_success", "stage_value")}
   steps, ekey = np.zeros(n), keys[n]
-  for _ in range(int(c.num_updates) // eval_every):
+  num_chunks = int(c.num_updates) // eval_every
+  for i in range(num_chunks):
     ekey, sub = jax.random.split(ekey)
     state, m, succ = chunk(state, jax.random.split(sub, n))
     m = jax.device_get(m)
@@ -194,6 +195,8 @@ def train_curves(c, methods, key, config) -> Dict[str, dict]:
     out["env_steps"].append(steps.copy())
     out["train_success"].append(np.mean(m["success"], axis=1))
     out["stage_value"].append(m["curriculum_value"][:, -1])
+    if log is not None:   # a line per compiled chunk (the watchdog's heartbeat)
+      log(f"  chunk {i + 1}/{num_chunks}: target success {np.mean(succ):.2f}")
   res = {k: np.stack(v).reshape(-1, len(methods), seeds) for k, v in out.items()}
   return {m: {**{k: v[:, i] for k, v in res.items()}, "compiles": 1}
           for i, m in enumerate(methods)}
@@ -264,7 +267,7 @@ def part_a(config, key, log):
   kwargs = {"horizon": a.horizon, "num_pivotal": a.num_pivotal, "num_actions": 4}
   c = grpo_config(config, "KeyChain-v0", kwargs, a.horizon, "horizon", a.stages,
                   a.num_updates)
-  curves = train_curves(c, tuple(a.methods), key, config)
+  curves = train_curves(c, tuple(a.methods), key, config, log)
   for m, cv in curves.items():
     log(f"(a) KeyChain T={a.horizon} {m}: final success {cv['success'][-1].mean():.2f} "
         f"after {cv['env_steps'][-1].mean():.3g} env steps")
@@ -282,7 +285,7 @@ def part_b1(config, key, log):
     stages = sorted(set(np.linspace(low, b.horizon, b.num_stages).astype(int).tolist()))
     c = grpo_config(config, "KeyChain-v0", kwargs, b.horizon, "horizon", stages,
                     b.num_updates, history_window=int(delay) + 1 if delay else 0)
-    curves = train_curves(c, tuple(b.methods), jax.random.fold_in(key, j), config)
+    curves = train_curves(c, tuple(b.methods), jax.random.fold_in(key, j), config, log)
     for m, cv in curves.items():
       log(f"(b1) KeyChain T={b.horizon} cue_delay={delay} stages={stages} {m}: final "
           f"success {cv['success'][-1].mean():.2f}")
@@ -300,7 +303,7 @@ def part_b2(config, key, log):
     horizon = 4 + int(length) + 4
     c = grpo_config(config, "KeyToDoor-v0", kwargs, horizon, "distractor_length",
                     stages, b.num_updates)
-    curves = train_curves(c, tuple(b.methods), jax.random.fold_in(key, j), config)
+    curves = train_curves(c, tuple(b.methods), jax.random.fold_in(key, j), config, log)
     for m, cv in curves.items():
       log(f"(b2) KeyToDoor distractor={length} stages={stages} {m}: final success "
           f"{cv['success'][-1].mean():.2f}")
