@@ -132,3 +132,21 @@ def test_hierarchy_learns_goalgrid():
   s = np.asarray(m["success"])
   assert float(np.mean(s[:3])) < 0.5
   assert float(np.mean(s[-5:])) >= 0.8
+
+
+def test_config_file_variants():
+  import importlib.util
+  import os
+  path = os.path.join(os.path.dirname(__file__), "..", "configs", "hierarchy_goalgrid.py")
+  spec = importlib.util.spec_from_file_location("hierarchy_goalgrid", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  hierarchy.validate_config(module.get_config())
+  c = module.get_config("small")
+  c.worker_relabel, c.num_updates = False, 2
+  assert module.get_config("norelabel").worker_relabel is False
+  _, m = jax.jit(hierarchy.make_train(c))(jax.random.PRNGKey(0))
+  np.testing.assert_array_equal(m["relabeled_frac"], 0.0)   # relabeling off
+  assert np.all(np.isfinite(m["loss"]))
+  with pytest.raises(ValueError, match="variant"):
+    module.get_config("large")
