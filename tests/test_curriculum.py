@@ -210,3 +210,12 @@ def test_curriculum_experiment_smoke(tmp_path):
                "metrics.jsonl"):
     assert (tmp_path / name).stat().st_size > 0
   assert "solved" in summary
+
+
+def test_ppo_blocks_weight_by_episodes():
+  from credit_jax.experiments import curriculum_hierarchy as ch
+  m = {"success": np.array([[1.0, 1.0, 0.0, 0.5, 0.5, 0.5]]),
+       "episodes": np.array([[1.0, 0.0, 3.0, 2.0, 2.0, 0.0]])}
+  out = ch.ppo_blocks(m, 10, 30)                   # blocks of 3 updates
+  np.testing.assert_allclose(out["success"][:, 0], [1.0 / 4.0, 0.5])
+  np.testing.assert_allclose(out["env_steps"][:, 0], [30.0, 60.0])

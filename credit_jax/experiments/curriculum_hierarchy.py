@@ -74,14 +74,29 @@ def train_method(config, method: str, key):
   train = module.make_train(cfg)
   _, m = jax.jit(jax.vmap(train))(jax.random.split(key, int(config.seeds)))
   m = jax.device_get(m)
-  if method == "ppo":
-    steps = np.full(m["success"].shape, float(train.env_steps_per_update))
-  elif method == "hierarchy":
+  if method == "ppo":   # blocks of updates as long as one padded group update
+    return ppo_blocks(m, train.env_steps_per_update,
+                      cfg.total_timesteps // int(config.c.num_updates))
+  if method == "hierarchy":
     steps = np.asarray(m["env_steps"])
   else:
     steps = np.asarray(m["episode_length"]) * cfg.num_tasks * cfg.group_size
   return {"env_steps": np.cumsum(steps, axis=1).T, "success": np.asarray(m["success"]).T,
           "compiles": 1}
+
+
+def ppo_blocks(m, steps_per_update: int, block_steps: int):
+  """PPO's curve in blocks of `b = block_steps // steps_per_update` updates: success the
+  mean of the updates' `success` weighted by the episodes that ended in each (an update
+  where none ended carries the previous value, so a plain mean would count it again),
+  env steps at each block's end. `m`: metrics `{name: [S, U]}`."""
+  b = max(1, int(block_steps) // int(steps_per_update))
+  succ, eps = np.asarray(m["success"]), np.asarray(m["episodes"])
+  n = succ.shape[1] // b
+  succ, eps = succ[:, :n * b].reshape(-1, n, b), eps[:, :n * b].reshape(-1, n, b)
+  block = np.sum(succ * eps, axis=2) / np.maximum(np.sum(eps, axis=2), 1)
+  steps = np.broadcast_to(np.arange(1, n + 1) * b * float(steps_per_update), block.shape)
+  return {"env_steps": steps.T.copy(), "success": block.T, "compiles": 1}
 
 
 def part_c(config, key, log):
