@@ -47,6 +47,7 @@ from credit_jax.algos import common
 from credit_jax.envs import base, keychain
 
 KINDS = ("none", "fixed", "gated", "plr")
+SCORES = ("learnability", "value_loss", "positive_value_loss")
 
 
 def add_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -60,7 +61,8 @@ def add_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   cc.window = 3             # gated: updates the promotion rule averages
   cc.plr_temperature = 0.3  # plr: P(value) ∝ (p (1 - p))^(1 / temperature)
   cc.plr_explore = 0.1      # plr: weight of a uniform draw mixed in
-  cc.plr_ema = 0.3          # plr: step size of each value's running success estimate
+  cc.plr_ema = 0.3          # plr: step size of each value's running score estimates
+  cc.plr_score = "learnability"  # plr: learnability (success p(1-p)) | value_loss | positive_value_loss (PPO)
   c.curriculum = cc
   return c
 
@@ -70,8 +72,20 @@ def enabled(config) -> bool:
   return cc is not None and cc.kind != "none"
 
 
-def validate(config) -> None:
-  """Raises `common.ConfigError` naming the first `curriculum.*` field that cannot run."""
+def refuse(config, recipe: str) -> None:
+  """Raises `common.ConfigError` naming `curriculum.kind` when `config` enables a
+  curriculum: for the recipes that do not run one (`recipe` names it in the message)."""
+  common.require(not enabled(config), "curriculum.kind",
+                 f"the {recipe} recipe does not run a curriculum (GRPO and PPO do); "
+                 f"got kind={config.curriculum.kind if enabled(config) else None!r}, "
+                 f"use 'none' or drop the block")
+
+
+def validate(config, critic: bool = False) -> None:
+  """Raises `common.ConfigError` naming the first `curriculum.*` field that cannot run.
+
+  `critic`: the recipe learns a value function (PPO), which the value-loss PLR scores
+  need."""
   if not enabled(config):
     if config.get("curriculum") is not None:
       common.require(config.curriculum.kind in KINDS, "curriculum.kind",
@@ -95,6 +109,11 @@ def validate(config) -> None:
   req(cc.plr_temperature > 0.0, "curriculum.plr_temperature", "must be > 0")
   req(0.0 <= cc.plr_explore <= 1.0, "curriculum.plr_explore", "must lie in [0, 1]")
   req(0.0 < cc.plr_ema <= 1.0, "curriculum.plr_ema", "must lie in (0, 1]")
+  score = str(cc.get("plr_score", "learnability"))
+  req(score in SCORES, "curriculum.plr_score", f"must be one of {SCORES}, got {score!r}")
+  req(score == "learnability" or critic, "curriculum.plr_score",
+      f"{score!r} scores a level by its value loss and needs a critic (use PPO), "
+      f"this recipe has none; use 'learnability'")
   try:
     _, params = make_env(config)
   except ValueError as e:
@@ -104,11 +123,27 @@ def validate(config) -> None:
     try:
       base.check_param_range(field, v, 0)
       if field == "horizon":
-        base.check_param_range(field, v, 1, config.horizon)
+        base.check_param_range(field, v, 1, config.get("horizon", params.horizon))
       if field == "distractor_length":
         base.check_param_range(field, v, 0, params.distractor_length)
     except ValueError as e:
       raise common.ConfigError(f"config.curriculum.stages: {e}") from e
+
+
+def validate_ppo(config) -> None:
+  """`validate` for PPO's hook: a critic (value-loss scores allowed), MLP networks, and
+  the episode length `horizon` as the param (PPO's episodes continue across updates, so
+  the param must be fixed when an episode starts, as VariableHorizonKeyChain's horizon
+  is; PPO's success is a positive return, which KeyToDoor's apples would fake)."""
+  if not enabled(config):
+    return validate(config, critic=True)
+  req = common.require
+  req(str(config.network.get("kind", "mlp")) == "mlp", "network.kind",
+      "PPO runs a curriculum with network.kind='mlp' only")
+  req(config.curriculum.param == "horizon", "curriculum.param",
+      f"PPO's curriculum varies the episode length 'horizon' (KeyChain-v0), got "
+      f"{config.curriculum.param!r}")
+  validate(config, critic=True)
 
 
 # ---------------------------------------------------------------------------- the rules
@@ -156,6 +191,35 @@ def plr_probs(p_est: jax.Array, temperature: float, explore: float) -> jax.Array
   return (1.0 - explore) * w / jnp.sum(w) + explore / p_est.shape[0]
 
 
+def score_probs(scores: jax.Array, visited: jax.Array, temperature: float,
+                explore: float) -> jax.Array:
+  """[S] sampling probabilities from value-loss scores `scores: [S]` (>= 0).
+
+  PLR's value-loss prioritisation: weights `(s / max s)^(1 / temperature)` (scale-free),
+  a value never visited gets the largest weight (it is tried first), mixed with a
+  uniform draw of weight `explore`. `visited: [S]` bool.
+  """
+  top = jnp.max(jnp.where(visited, scores, 0.0))
+  rel = jnp.where(visited, scores / jnp.maximum(top, 1e-12), 1.0)
+  rel = jnp.where(top > 0, rel, 1.0)    # nothing scored yet: uniform
+  w = (rel + 1e-6) ** (1.0 / temperature)
+  return (1.0 - explore) * w / jnp.sum(w) + explore / scores.shape[0]
+
+
+def value_loss_score(advantages: jax.Array, kind: str) -> jax.Array:
+  """[] PLR's level score from the GAE advantages `advantages: [T, B]` of a rollout at
+  that level: "value_loss" the mean |A| (L1 value loss), "positive_value_loss" the mean
+  max(A, 0) (arXiv 2010.03934, eq. 3, averaged over every step of the rollout)."""
+  a = jnp.asarray(advantages, jnp.float32)
+  if a.ndim != 2:
+    raise ValueError(f"advantages must be [T, B], got shape {a.shape}")
+  if kind == "value_loss":
+    return jnp.mean(jnp.abs(a))
+  if kind == "positive_value_loss":
+    return jnp.mean(jnp.maximum(a, 0.0))
+  raise ValueError(f"kind must be value_loss or positive_value_loss, got {kind!r}")
+
+
 def plr_observe(p_est: jax.Array, idx: jax.Array, success: jax.Array, ema: float):
   """`p_est` with entry `idx` moved a step `ema` towards this update's `success`."""
   return p_est.at[idx].set((1.0 - ema) * p_est[idx] + ema * success)
@@ -179,6 +243,7 @@ class Curriculum:
     self.window = int(cc.window)
     self.temperature, self.explore = float(cc.plr_temperature), float(cc.plr_explore)
     self.ema = float(cc.plr_ema)
+    self.score = str(cc.get("plr_score", "learnability"))
     self._default = (str(cc.kind), tuple(cc.stages), tuple(cc.stage_updates),
                      float(cc.threshold))
 
@@ -198,7 +263,9 @@ class Curriculum:
             "stage": jnp.zeros((), jnp.int32),
             "gate_buf": jnp.zeros((self.window,), jnp.float32),
             "gate_count": jnp.zeros((), jnp.int32),
-            "p_est": jnp.full((self.num_stages,), 0.5, jnp.float32)}
+            "p_est": jnp.full((self.num_stages,), 0.5, jnp.float32),
+            "score_est": jnp.zeros((self.num_stages,), jnp.float32),
+            "visited": jnp.zeros((self.num_stages,), bool)}
 
   def init(self) -> Dict[str, jax.Array]:
     """The configured method's carry for `TrainState.aux["curriculum"]`."""
@@ -207,7 +274,11 @@ class Curriculum:
   def select(self, carry, update: jax.Array, key: jax.Array) -> jax.Array:
     """[] int32: the stage index this update trains on."""
     fixed = jnp.minimum(fixed_stage(update, carry["stage_updates"]), self.num_stages - 1)
-    probs = plr_probs(carry["p_est"], self.temperature, self.explore)
+    if self.score == "learnability":
+      probs = plr_probs(carry["p_est"], self.temperature, self.explore)
+    else:
+      probs = score_probs(carry["score_est"], carry["visited"], self.temperature,
+                          self.explore)
     plr = jax.random.categorical(key, jnp.log(probs)).astype(jnp.int32)
     kind = carry["kind"]
     return jnp.where(kind == 1, fixed, jnp.where(kind == 2, carry["stage"], plr))
@@ -215,9 +286,11 @@ class Curriculum:
   def env_params(self, carry, env_params, idx: jax.Array):
     return env_params.replace(**{self.param: carry["values"][idx]})
 
-  def observe(self, carry, idx: jax.Array, success: jax.Array):
+  def observe(self, carry, idx: jax.Array, success: jax.Array, score=None):
     """The carry after an update at stage `idx` whose episodes succeeded at `success`
-    (the gate moves only for the gated kind; the success estimates always)."""
+    (the gate moves only for the gated kind; the success estimates always). `score`:
+    [] this update's value-loss score (`value_loss_score`), needed when `plr_score` is
+    not "learnability"."""
     carry = dict(carry)
     gated = carry["kind"] == 2
     new = gate_step(carry["stage"], carry["gate_buf"], carry["gate_count"], success,
@@ -225,6 +298,13 @@ class Curriculum:
     for name, value in zip(("stage", "gate_buf", "gate_count"), new):
       carry[name] = jnp.where(gated, value, carry[name])
     carry["p_est"] = plr_observe(carry["p_est"], idx, success, self.ema)
+    if self.score != "learnability":
+      if score is None:
+        raise ValueError(f"plr_score={self.score!r} needs this update's score")
+      first = jnp.logical_not(carry["visited"][idx])   # first visit: take it as is
+      est = plr_observe(carry["score_est"], idx, score, self.ema)
+      carry["score_est"] = jnp.where(first, carry["score_est"].at[idx].set(score), est)
+      carry["visited"] = carry["visited"].at[idx].set(True)
     return carry
 
   def metrics(self, carry, idx: jax.Array) -> Dict[str, jax.Array]:

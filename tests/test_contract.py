@@ -39,6 +39,8 @@ TINY = {
                        "horizon": 4, **_GROUPS},
     "search_then_train": {**_KEYCHAIN, **_GROUPS, "search_tasks": 2,
                           "search_simulations": 4},
+    "hierarchy": {"env_kwargs.size": 5, "env_kwargs.max_steps_in_episode": 8,
+                  "horizon": 8, "segment_length": 4, "subgoal_stride": 2, **_GROUPS},
 }
 # Every run: 3 updates (PPO: 48 steps of 2 x 8), 2 seeds, one update per compiled chunk.
 RUN = {"num_updates": 3, "seeds": 2, "chunk_updates": 1, "checkpoint_every": 1,
@@ -46,7 +48,8 @@ RUN = {"num_updates": 3, "seeds": 2, "chunk_updates": 1, "checkpoint_every": 1,
 # One recipe-specific field per recipe with a value it cannot run with.
 BAD = {"ppo": ("clip_eps", 0.0), "grpo": ("group_size", 1),
        "reinforce": ("credit", "oracle"), "dqn": ("her_strategy", "all"),
-       "grpo_hindsight": ("relabel", "both"), "search_then_train": ("search_weight", 2.0)}
+       "grpo_hindsight": ("relabel", "both"), "search_then_train": ("search_weight", 2.0),
+       "hierarchy": ("segment_length", 5)}
 
 
 def _set(c, path, value):

@@ -192,13 +192,30 @@ def test_curriculum_experiment_smoke(tmp_path):
   spec.loader.exec_module(module)
   lines = []
   summary = exp.run(module.get_config("smoke"), str(tmp_path), log=lines.append)
-  assert set(summary["parts"]) == {"a", "b1", "b2"}
+  assert set(summary["parts"]) == {"a", "b1", "b2", "c"}
   rows = summary["parts"]["a"]["T=12"]
   assert set(rows) == {"direct", "gated"}
   # direct trains at T=12 from the start: 2 seeds x 4 updates x 16 episodes x 12 steps.
   assert rows["direct"]["final_env_steps"] == 4 * 16 * 12
   assert rows["gated"]["final_env_steps"] < rows["direct"]["final_env_steps"]
+  assert all(r["compiles"] == 1 for r in rows.values())
+  # (c): PPO's budget is the hierarchy's padded one (2 updates x 16 episodes x 12 steps);
+  # the hierarchy and GRPO take at most that (episodes stop at the goal).
+  rows = summary["parts"]["c"]["GoalGrid 5x5 T=12"]
+  assert set(rows) == {"hierarchy", "grpo", "ppo"}
+  assert rows["ppo"]["final_env_steps"] == 2 * 16 * 12
+  assert rows["hierarchy"]["final_env_steps"] <= 2 * 16 * 12
+  assert os.path.exists(os.path.join(str(tmp_path), "curves_c.png"))
   for name in ("curves_a.png", "curves_b1.png", "curves_b2.png", "summary.md",
                "metrics.jsonl"):
     assert (tmp_path / name).stat().st_size > 0
   assert "solved" in summary
+
+
+def test_ppo_blocks_weight_by_episodes():
+  from credit_jax.experiments import curriculum_hierarchy as ch
+  m = {"success": np.array([[1.0, 1.0, 0.0, 0.5, 0.5, 0.5]]),
+       "episodes": np.array([[1.0, 0.0, 3.0, 2.0, 2.0, 0.0]])}
+  out = ch.ppo_blocks(m, 10, 30)                   # blocks of 3 updates
+  np.testing.assert_allclose(out["success"][:, 0], [1.0 / 4.0, 0.5])
+  np.testing.assert_allclose(out["env_steps"][:, 0], [30.0, 60.0])

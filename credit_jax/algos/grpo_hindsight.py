@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import ml_collections
 
 import credit_jax as cj
-from credit_jax import envs, hindsight, networks, rollout
+from credit_jax import curriculum, envs, hindsight, networks, rollout
 from credit_jax.algos import common, dqn, grpo, losses
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "relabel_weight",
@@ -92,6 +92,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first recipe-specific field that cannot run."""
+  curriculum.refuse(config, "grpo_hindsight")   # a `curriculum` block is refused, not ignored
   grpo.validate_fields(config)
   req = common.require
   req(config.relabel in MODES, "relabel", f"must be one of {MODES}, got {config.relabel!r}")

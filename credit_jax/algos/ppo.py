@@ -18,6 +18,11 @@ policy solved (both carry the previous value when no episode ended).
 Hyperparameters in `hparams` (traced, sweepable by vmap): lr, gamma, gae_lambda,
 clip_eps, ent_coef, vf_coef, max_grad_norm.
 
+Curriculum (`config.curriculum`, absent by default; see `credit_jax/curriculum.py`): the
+episode length `horizon` of KeyChain-v0 chosen per update (fixed, gated, or PLR scored by
+learnability or by value loss from this update's GAE), applied to the episodes that start
+in that update; adds `curriculum_stage`, `curriculum_value` and `env_steps`.
+
 `config.network.kind` picks the network: "mlp" (the default when the field is absent;
 this module), or "gru" / "transformer", sequence networks with memory of the episode,
 trained by `credit_jax.algos.ppo_sequence` (minibatches over whole environment windows).
@@ -35,7 +40,7 @@ import jax.numpy as jnp
 import ml_collections
 
 import credit_jax as cj
-from credit_jax import networks, rollout
+from credit_jax import curriculum, networks, rollout
 from credit_jax.algos import common, episodes, losses, ppo_critics, ppo_sequence
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
@@ -107,6 +112,10 @@ def validate_fields(config) -> None:
   if kind != "mlp":
     ppo_sequence.validate_config(config)
   ppo_critics.validate_fields(config)
+  curriculum.validate_ppo(config)   # curriculum hook (credit_jax/curriculum.py)
+  req(not (curriculum.enabled(config) and ppo_critics.separate_critic(config)),
+      "network.critic_kind", "a curriculum runs with PPO's own value head only: set "
+      "network.critic_kind='same' and network.critic_oracle=False")
 
 
 def validate_config(config) -> None:
@@ -190,7 +199,10 @@ def make_train(config) -> common.Train:
         config, HPARAMS, num_updates(config), advantages_with_boundaries))
   if network_kind(config) != "mlp":
     return ppo_sequence.make_train(config, HPARAMS, num_updates(config))
-  env, env_params = common.make_env(config)
+  # Curriculum hook: the episode length becomes a traced param set per update.
+  cur_on = curriculum.enabled(config)
+  env, env_params = (curriculum.make_env(config) if cur_on else common.make_env(config))
+  cur = curriculum.Curriculum(config, env_params) if cur_on else None
   network, obs_shape = common.make_network(config, env, env_params, value_head=True)
   # The rollout samples actions only; values come from one pass after it.
   policy_fn = networks.make_policy_fn(network, value=False)
@@ -208,13 +220,17 @@ def make_train(config) -> common.Train:
 
   def init_aux(params, k_env):
     del params
-    obs, env_state = rollout.reset(env, env_params, k_env, num_envs)
+    carry = cur.init() if cur else None   # curriculum hook: first episodes at stage 0
+    obs, env_state = rollout.reset(
+        env, cur.env_params(carry, env_params, 0) if cur else env_params, k_env, num_envs)
     aux = {"env_state": env_state, "obs": obs,
            "running_return": jnp.zeros((num_envs,), jnp.float32),
            "last_return": jnp.zeros((), jnp.float32)}
     if with_success:
       aux.update(running_hits=jnp.zeros((num_envs,), jnp.float32),
                  last_success=jnp.zeros((), jnp.float32))
+    if cur:
+      aux["curriculum"] = carry
     return aux
 
   def init_fn(key, hp):
@@ -228,7 +244,11 @@ def make_train(config) -> common.Train:
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)
     params, aux = state.params, state.aux
-    traj, (env_state, obs) = rollout.collect(env, env_params, policy_fn, params, k_roll,
+    roll_params = env_params
+    if cur:  # curriculum hook: the episode length of the episodes that start now
+      stage = cur.select(aux["curriculum"], state.update, jax.random.fold_in(k_perm, 1))
+      roll_params = cur.env_params(aux["curriculum"], env_params, stage)
+    traj, (env_state, obs) = rollout.collect(env, roll_params, policy_fn, params, k_roll,
                                              aux["env_state"], aux["obs"], num_steps)
     advantages, values = advantages_with_boundaries(
         lambda o: network.apply(params, o)[1], traj, obs, hp["gamma"], hp["gae_lambda"],
@@ -253,6 +273,12 @@ def make_train(config) -> common.Train:
           traj.rewards, traj.dones, aux["running_hits"], aux["last_success"])
       metrics["success"] = success
       new_aux.update(running_hits=hits, last_success=success)
+    if cur:  # curriculum hook: promotion / priorities (success or value-loss score)
+      score = (None if cur.score == "learnability"
+               else curriculum.value_loss_score(advantages, cur.score))
+      new_aux["curriculum"] = cur.observe(aux["curriculum"], stage, success, score)
+      metrics.update(cur.metrics(new_aux["curriculum"], stage),
+                     env_steps=jnp.float32(batch))
     aux = new_aux
     return common.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=aux), metrics

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import ml_collections
 
 import credit_jax as cj
-from credit_jax import networks, rollout
+from credit_jax import curriculum, networks, rollout
 from credit_jax import search as search_lib
 from credit_jax.algos import common, episodes, grpo, losses
 
@@ -73,6 +73,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first recipe-specific field that cannot run."""
+  curriculum.refuse(config, "search_then_train")   # a `curriculum` block is refused, not ignored
   grpo.validate_fields(config)
   req = common.require
   req(config.loss_aggregation == "token_mean", "loss_aggregation",

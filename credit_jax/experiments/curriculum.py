@@ -39,21 +39,21 @@ import numpy as np
 
 from credit_jax import curriculum, networks, rollout
 from credit_jax.algos import ConfigError, common, grpo
-from credit_jax.experiments import report
+from credit_jax.experiments import curriculum_hierarchy, report
 
 METHODS = ("direct", "fixed", "gated", "plr")
 
 
 def default_config() -> ml_collections.ConfigDict:
-  """The "small" run (about 10 minutes on 2 CPU cores): KeyChain T = 1000; cue delays 0,
-  20, 40 at T = 60; KeyToDoor distractor phases 30 to 1000. configs/curriculum.py:full
-  trains longer."""
+  """The "small" run (aimed at <= 15 minutes on 2 idle CPU cores): KeyChain T = 1000;
+  cue delays 0, 20, 40 at T = 60; KeyToDoor distractor phases 30 to 1000; hierarchy vs
+  flat on GoalGrid 12x12, T = 120. configs/curriculum.py:full trains longer."""
   c = ml_collections.ConfigDict()
   c.seeds = 5                   # seeds vmapped side by side per run
   c.seed = 0                    # base RNG seed
   c.level = 0.9                 # success level for "env steps to level" and "solved"
   c.eval_every = 5              # updates between evaluations at the target length
-  c.eval_episodes = 64          # fresh episodes per seed and evaluation
+  c.eval_episodes = 32          # fresh episodes per seed and evaluation
   c.threshold = 0.9             # gated: promotion threshold on training success
   c.window = 2                  # gated: updates the promotion rule averages
   c.fixed_share = 0.5           # fixed: share of the updates spent on the shorter stages
@@ -70,7 +70,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.a.horizon = 1000            # target KeyChain episode length T
   c.a.num_pivotal = 2           # pivotal steps k (A = 4: random success 1/16)
   c.a.stages = (20, 50, 100, 200, 500, 1000)  # curriculum lengths, the last the target
-  c.a.num_updates = 40          # updates per method
+  c.a.num_updates = 25          # updates per method
   c.a.methods = METHODS         # methods compared
 
   c.b1 = ml_collections.ConfigDict()
@@ -86,8 +86,10 @@ def default_config() -> ml_collections.ConfigDict:
   c.b2.stage_fractions = (0.0, 0.1, 0.3, 1.0)  # curriculum lengths as fractions of the target
   c.b2.apple_reward = 0.1       # mean apple reward
   c.b2.apple_noise = 0.1        # apple reward noise (std)
-  c.b2.num_updates = 30         # updates per run
+  c.b2.num_updates = 25         # updates per run
   c.b2.methods = ("direct", "gated")  # methods compared
+
+  c.c = curriculum_hierarchy.default_config()  # (c) hierarchy vs flat GRPO / PPO (see there)
   return c
 
 
@@ -99,10 +101,11 @@ def validate_config(config) -> None:
   for f in ("seeds", "eval_every", "eval_episodes"):
     if int(config[f]) < 1:
       raise ConfigError(f"config.{f}: must be >= 1, got {config[f]}")
-  for part in ("a", "b1", "b2"):
+  for part in ("a", "b1", "b2", "c"):
+    known = curriculum_hierarchy.METHODS if part == "c" else METHODS
     for m in config[part].methods:
-      if m not in METHODS:
-        raise ConfigError(f"config.{part}.methods: {m!r} is not one of {METHODS}")
+      if m not in known:
+        raise ConfigError(f"config.{part}.methods: {m!r} is not one of {known}")
     if int(config[part].num_updates) < int(config.eval_every):
       raise ConfigError(f"config.{part}.num_updates: must be >= eval_every")
   if tuple(config.a.stages)[-1] != config.a.horizon:
@@ -144,13 +147,14 @@ def method_carry(cur, config, method, stages, num_updates):
   return cur.carry(method, stages, (share,) * (len(stages) - 1), config.threshold)
 
 
-def train_curves(c, methods, key, config) -> Dict[str, dict]:
+def train_curves(c, methods, key, config, log=None) -> Dict[str, dict]:
   """Trains every method x `c.seeds` seeds side by side (one compiled program), in chunks
   of `eval_every` updates, evaluating each chunk's policy at the target length.
 
   Returns `{method: {name: [E, S]}}`: `env_steps` (cumulative steps taken), `success`
   (sampled policy on `eval_episodes` fresh target-length episodes), `train_success`,
-  `stage_value`; and `compiles` (programs compiled: one training chunk, one evaluation).
+  `stage_value`; and `compiles` (programs compiled: one, the training chunk with its
+  evaluation at the end).
   """
   eval_every, eval_episodes = int(config.eval_every), int(config.eval_episodes)
   train = grpo.make_train(c)
@@ -173,21 +177,28 @@ def train_curves(c, methods, key, config) -> Dict[str, dict]:
   carries = [method_carry(cur, config, m, stages, c.num_updates) for m in methods]
   carries = jax.tree.map(lambda *xs: jnp.repeat(jnp.stack(xs), seeds, axis=0), *carries)
   state = state.replace(aux={**state.aux, "curriculum": carries})
-  chunk = jax.jit(jax.vmap(lambda s: train.run(s, None, eval_every)))
-  ev = jax.jit(jax.vmap(evaluate))
+
+  def chunk_and_eval(s, k):   # one program: eval_every updates, then the evaluation
+    s, m = train.run(s, None, eval_every)
+    return s, m, evaluate(s.params, k)
+
+  chunk = jax.jit(jax.vmap(chunk_and_eval))
   out = {k: [] for k in ("env_steps", "success", "train_success", "stage_value")}
   steps, ekey = np.zeros(n), keys[n]
-  for _ in range(int(c.num_updates) // eval_every):
-    state, m = chunk(state)
+  num_chunks = int(c.num_updates) // eval_every
+  for i in range(num_chunks):
+    ekey, sub = jax.random.split(ekey)
+    state, m, succ = chunk(state, jax.random.split(sub, n))
     m = jax.device_get(m)
     steps = steps + np.sum(m["env_steps"], axis=1)
-    ekey, sub = jax.random.split(ekey)
-    out["success"].append(np.asarray(ev(state.params, jax.random.split(sub, n))))
+    out["success"].append(np.asarray(succ))
     out["env_steps"].append(steps.copy())
     out["train_success"].append(np.mean(m["success"], axis=1))
     out["stage_value"].append(m["curriculum_value"][:, -1])
+    if log is not None:   # a line per compiled chunk (the watchdog's heartbeat)
+      log(f"  chunk {i + 1}/{num_chunks}: target success {np.mean(succ):.2f}")
   res = {k: np.stack(v).reshape(-1, len(methods), seeds) for k, v in out.items()}
-  return {m: {**{k: v[:, i] for k, v in res.items()}, "compiles": 2}
+  return {m: {**{k: v[:, i] for k, v in res.items()}, "compiles": 1}
           for i, m in enumerate(methods)}
 
 
@@ -243,11 +254,11 @@ def _records(part, setting, curves) -> List[dict]:
   recs = []
   for name, cv in curves.items():
     for e in range(cv["success"].shape[0]):
-      recs.append({"part": part, "setting": setting, "method": name, "eval": e,
+      recs.append({"part": part, "setting": setting, "method": name, "eval": e,   # (c): e = update
                    "env_steps": cv["env_steps"][e].tolist(),
                    "success": cv["success"][e].tolist(),
-                   "train_success": cv["train_success"][e].tolist(),
-                   "stage_value": cv["stage_value"][e].tolist()})
+                   **{k: cv[k][e].tolist() for k in ("train_success", "stage_value")
+                      if k in cv}})
   return recs
 
 
@@ -256,11 +267,11 @@ def part_a(config, key, log):
   kwargs = {"horizon": a.horizon, "num_pivotal": a.num_pivotal, "num_actions": 4}
   c = grpo_config(config, "KeyChain-v0", kwargs, a.horizon, "horizon", a.stages,
                   a.num_updates)
-  curves = train_curves(c, tuple(a.methods), key, config)
+  curves = train_curves(c, tuple(a.methods), key, config, log)
   for m, cv in curves.items():
     log(f"(a) KeyChain T={a.horizon} {m}: final success {cv['success'][-1].mean():.2f} "
         f"after {cv['env_steps'][-1].mean():.3g} env steps")
-  log(f"(a) {len(curves)} methods x {config.seeds} seeds: 1 training compile + 1 eval")
+  log(f"(a) {len(curves)} methods x {config.seeds} seeds: 1 compile (training + eval)")
   return {f"T={a.horizon}": curves}
 
 
@@ -274,7 +285,7 @@ def part_b1(config, key, log):
     stages = sorted(set(np.linspace(low, b.horizon, b.num_stages).astype(int).tolist()))
     c = grpo_config(config, "KeyChain-v0", kwargs, b.horizon, "horizon", stages,
                     b.num_updates, history_window=int(delay) + 1 if delay else 0)
-    curves = train_curves(c, tuple(b.methods), jax.random.fold_in(key, j), config)
+    curves = train_curves(c, tuple(b.methods), jax.random.fold_in(key, j), config, log)
     for m, cv in curves.items():
       log(f"(b1) KeyChain T={b.horizon} cue_delay={delay} stages={stages} {m}: final "
           f"success {cv['success'][-1].mean():.2f}")
@@ -292,7 +303,7 @@ def part_b2(config, key, log):
     horizon = 4 + int(length) + 4
     c = grpo_config(config, "KeyToDoor-v0", kwargs, horizon, "distractor_length",
                     stages, b.num_updates)
-    curves = train_curves(c, tuple(b.methods), jax.random.fold_in(key, j), config)
+    curves = train_curves(c, tuple(b.methods), jax.random.fold_in(key, j), config, log)
     for m, cv in curves.items():
       log(f"(b2) KeyToDoor distractor={length} stages={stages} {m}: final success "
           f"{cv['success'][-1].mean():.2f}")
@@ -313,13 +324,15 @@ def summary_markdown(summary: dict, level: float) -> str:
   lines = ["# Horizon curricula vs direct training (GRPO)", "",
            "Each setting is one compiled program for all its methods and seeds (the episode "
            "length and the method are traced; rollouts padded to the target), so a "
-           "schedule of any number of stages costs 1 training compile + 1 evaluation "
-           "compile. Success is the sampled policy's on "
+           "schedule of any number of stages costs 1 compile (training chunk and its "
+           "evaluation in one program). In (a, b) success is the sampled policy's on "
            f"fresh episodes at the target length; intervals are 95% t-intervals over "
            f"seeds; steps to {level:.0%} only over the seeds that reached it.", ""]
   for part, title in (("a", "(a) KeyChain, long target"),
                       ("b1", "(b1) KeyChain with a cue_delay dependency"),
-                      ("b2", "(b2) KeyToDoor, growing distractor phase")):
+                      ("b2", "(b2) KeyToDoor, growing distractor phase"),
+                      ("c", "(c) manager/worker vs flat GRPO and PPO, equal env steps "
+                            "(training success of the sampled policy)")):
     if part not in summary["parts"]:
       continue
     lines += [f"## {title}", ""]
@@ -352,7 +365,8 @@ def run(config, workdir: str, log=print) -> dict:
   key = jax.random.PRNGKey(int(config.seed))
   summary = {"parts": {}, "level": config.level}
   records = []
-  parts = (("a", part_a), ("b1", part_b1), ("b2", part_b2))
+  parts = (("a", part_a), ("b1", part_b1), ("b2", part_b2),
+           ("c", curriculum_hierarchy.part_c))
   for name, fn in parts:
     if not config[name].methods:
       continue
