@@ -543,5 +543,6 @@ def analytic_uniform_success(remaining_terms: int, remaining_steps: int, modulus
 
 __all__ = ["PRM", "Shaper", "aggregate", "analytic_uniform_success", "compounding",
            "default_config", "demo_data", "demo_policy", "evaluate", "make_shaper",
-           "make_step_shaper", "mc_labels", "policy_mc_labels", "rerank", "run_episodes", "shaped_scores",
+           "make_step_shaper", "mc_labels", "policy_mc_labels", "rerank", "run_episodes",
+           "shaped_scores",
            "step_deltas", "train_prm", "uniform_policy", "validate_config"]

@@ -163,7 +163,11 @@ def test_grpo_without_prm_is_unchanged_by_a_disabled_prm_block():
 
 def _ppo_small():
   from configs import ppo_prm
-  return ppo_prm.get_config("small")
+  c = ppo_prm.get_config("small")
+  c.num_envs, c.num_steps, c.num_minibatches = 4, 8, 2
+  c.total_timesteps = 4 * 8 * 4     # 4 updates
+  c.chunk_updates, c.checkpoint_every = 4, 4
+  return c
 
 
 def test_ppo_step_shaper_rewards_by_hand_across_rollouts():
