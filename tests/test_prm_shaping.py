@@ -149,18 +149,6 @@ def test_grpo_step_form_adds_per_step_credit():
   np.testing.assert_allclose(np.asarray(bonus), want, atol=1e-6)
 
 
-def test_grpo_without_prm_is_unchanged_by_a_disabled_prm_block():
-  c = _tiny_grpo()
-  off = ml_collections.ConfigDict(c.to_dict())
-  off.prm.enabled = False
-  bare = ml_collections.ConfigDict(c.to_dict())
-  del bare["prm"]
-  m1 = jax.jit(cj.algos.make_train(off))(jax.random.PRNGKey(0))[1]
-  m2 = jax.jit(cj.algos.make_train(bare))(jax.random.PRNGKey(0))[1]
-  for k in m2:
-    np.testing.assert_array_equal(np.asarray(m1[k]), np.asarray(m2[k]), err_msg=k)
-
-
 def _ppo_small():
   from configs import ppo_prm
   c = ppo_prm.get_config("small")

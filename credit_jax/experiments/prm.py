@@ -65,7 +65,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.grpo = g                      # base config of every arm
   c.seeds = 5                     # seeds per arm (vmapped)
   c.weights = (0.05, 0.5)         # shaping weights w of the outcome + PRM arms
-  c.step_weights = (0.1,)         # w of the per-step difference ("step") arms
+  c.step_weights = (0.1, 0.3)     # w of the per-step difference ("step") arms
   c.retrain_every = 10            # updates between PRM retrainings (retrain arms)
   c.rerank_N = (1, 4, 16, 64)     # best-of-N sizes (part D)
   c.rerank_tasks = 64             # problems per seed for part D
