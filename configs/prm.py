@@ -5,24 +5,36 @@
 
 `get_config(arg)` starts from the experiment's `default_config()`; its `grpo` field is a
 GRPO config (`grpo.default_config()` on RunningSum-v0 with a `prm` block) that can also
-be trained alone. Variants: none (N=6 terms mod 5, T=24, 150 updates), "small" (N=4,
-T=16, 150 updates: the whole experiment in <= 10 minutes on 2 CPU cores), "tiny" (tests).
+be trained alone. Variants: none (N=3 terms mod 3, T=6, 500 updates: outcome-only
+GRPO learns, slowly; step w in {0.1, 0.3}), "small" (the same task, 300 updates,
+shaping w = 0.05 and step w = 0.1: meant to fit 10 minutes on 2 idle CPU cores; 53
+minutes measured on a machine at load average ~24), "speed" (part A's outcome-only and
+truth-retrained per-step arms, w in {0.1, 0.3, 1}, 600 updates: steps to 50% success),
+"tiny" (tests).
 """
 from credit_jax.experiments import prm as prm_experiment
 
 
 def get_config(arg=None):
-  """Returns the experiment config; `arg` picks a variant (None, "small" or "tiny")."""
+  """Returns the experiment config; `arg`: None, "small", "speed" or "tiny"."""
   c = prm_experiment.default_config()
   g = c.grpo
   if arg == "small":
-    g.env_kwargs = dict(num_terms=4, modulus=5, horizon=16)
-    g.horizon = 16
-    g.num_updates = 150
+    g.num_updates = 300
     g.chunk_updates = 50
     g.checkpoint_every = 50
+    c.weights = (0.05,)
+    c.step_weights = (0.1,)
     c.compounding_episodes = 128
     c.label_episodes = 64
+    c.rerank_tasks = 32
+  elif arg == "speed":   # part A's speed question only, longer: 600 updates
+    g.num_updates = 600
+    g.chunk_updates = 100
+    g.checkpoint_every = 100
+    c.step_weights = (0.1, 0.3, 1.0)
+    c.only_arms = ("outcome",) + tuple(f"step w={w:g} retrain truth" for w in c.step_weights)
+    c.parts = "A"
   elif arg == "tiny":
     g.env_kwargs = dict(num_terms=2, modulus=3, horizon=4)
     g.horizon = 4
@@ -41,6 +53,14 @@ def get_config(arg=None):
     c.compounding_episodes = 8
     c.label_episodes = 8
     c.mc_N = (1, 4)
+    c.retrain_every = 2
+    g.prm.retrain_mc_states = 8
+    g.prm.retrain_steps = 5
+    c.rerank_N = (1, 2)
+    c.rerank_tasks = 4
+    c.step_weights = (0.1,)   # three compiled arm groups: the suite's time goes to compiles
+    c.only_arms = ("outcome", "sum w=0.5", "PRM-only sum", "step w=0.1 retrain truth",
+                   "step w=0.1 retrain mc")
   elif arg:
-    raise ValueError(f"unknown variant {arg!r}; use none, 'small' or 'tiny'")
+    raise ValueError(f"unknown variant {arg!r}; use none, 'small', 'speed' or 'tiny'")
   return c

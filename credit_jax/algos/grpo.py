@@ -39,7 +39,8 @@ Hyperparameters in `hparams` (traced): lr, clip_eps, ent_coef, kl_coef, max_grad
 
 Optional process-reward shaping: a config with an enabled `prm` block (`credit_jax/prm.py`,
 `configs/prm.py`) scores episodes by `prm_outcome_weight * return + prm_weight * agg PRM`
-(two more traced hparams), keeps the PRM in `aux["prm_params"]` and logs its metrics.
+(two more traced hparams; form "step" adds `prm_weight * (p_t - p_{t-1})` to each step's
+advantage instead), keeps the PRM in `aux["prm_params"]` and logs its metrics.
 """
 from __future__ import annotations
 
@@ -165,7 +166,7 @@ def make_train(config) -> common.Train:
   policy_fn = networks.make_policy_fn(network)
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
    kind, agg) = settings(config)
-  shaper = prm.make_shaper(config, env, env_params)   # None unless config.prm.enabled
+  shaper = prm.make_shaper(config, env, env_params, network)  # None unless prm.enabled
 
   def init_fn(key, hp):
     # The reference policy is the initial one, frozen; it rides in the state so a
@@ -196,10 +197,13 @@ def make_train(config) -> common.Train:
     aux, prm_metrics = state.aux, {}
     scores = returns
     if shaper is not None:   # PRM shaping (prm.py): outcome_w * outcome + w * agg PRM
-      scores, aux, prm_metrics = shaper.shape(state.aux, traj, returns, hp,
-                                              jax.random.fold_in(k_perm, 1), state.update)
+      scores, aux, prm_metrics, prm_bonus = shaper.shape(
+          state.aux, traj, returns, hp, jax.random.fold_in(k_perm, 2), state.update,
+          state.params)
     adv, degenerate = cj.group_advantages(scores, kind=kind)           # [N, K], [N]
     step_adv = jnp.broadcast_to(adv[None], valid.shape)                # [T, N, K]
+    if shaper is not None:   # per-step PRM credit (form "step"; zeros otherwise)
+      step_adv = step_adv + prm_bonus
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "advantages": step_adv, "valid": valid}
     lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))

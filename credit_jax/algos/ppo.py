@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import ml_collections
 
 import credit_jax as cj
-from credit_jax import curriculum, networks, rollout
+from credit_jax import curriculum, networks, prm, rollout
 from credit_jax.algos import common, episodes, losses, ppo_critics, ppo_sequence
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
@@ -113,9 +113,15 @@ def validate_fields(config) -> None:
     ppo_sequence.validate_config(config)
   ppo_critics.validate_fields(config)
   curriculum.validate_ppo(config)   # curriculum hook (credit_jax/curriculum.py)
-  req(not (curriculum.enabled(config) and ppo_critics.separate_critic(config)),
-      "network.critic_kind", "a curriculum runs with PPO's own value head only: set "
-      "network.critic_kind='same' and network.critic_oracle=False")
+  prm_on = config.get("prm") is not None and bool(config.prm.get("enabled", False))
+  if config.get("prm") is not None:   # optional PRM shaping (credit_jax/prm.py)
+    prm.validate_config(config.prm, req)
+    req(kind == "mlp" or not prm_on, "network.kind", "PRM shaping needs 'mlp'")
+    req(not prm_on or config.prm.form in prm.PPO_FORMS, "prm.form",
+        f"PPO shapes per step: one of {prm.PPO_FORMS}, got {config.prm.form!r}")
+  req(not ((curriculum.enabled(config) or prm_on) and ppo_critics.separate_critic(config)),
+      "network.critic_kind", "a curriculum or PRM shaping runs with PPO's own value head "
+      "only: set network.critic_kind='same' and network.critic_oracle=False")
 
 
 def validate_config(config) -> None:
@@ -217,6 +223,7 @@ def make_train(config) -> common.Train:
   # Bootstrapping needs the value of a step's final_obs only where the time limit cut
   # the episode; at most this many times per env and rollout (None: unknown, all rows).
   max_truncations = rollout.max_truncations(env, env_params, num_steps)
+  shaper = prm.make_step_shaper(config, env, env_params, network)  # None unless prm.enabled
 
   def init_aux(params, k_env):
     del params
@@ -231,6 +238,8 @@ def make_train(config) -> common.Train:
                  last_success=jnp.zeros((), jnp.float32))
     if cur:
       aux["curriculum"] = carry
+    if shaper is not None:   # PRM hook: its params and per-env carry (prm.py)
+      aux.update(shaper.init(jax.random.fold_in(k_env, 2)))
     return aux
 
   def init_fn(key, hp):
@@ -250,9 +259,15 @@ def make_train(config) -> common.Train:
       roll_params = cur.env_params(aux["curriculum"], env_params, stage)
     traj, (env_state, obs) = rollout.collect(env, roll_params, policy_fn, params, k_roll,
                                              aux["env_state"], aux["obs"], num_steps)
+    gae_traj, prm_aux, prm_metrics = traj, {}, {}
+    if shaper is not None:   # PRM hook: outcome_w * r_t + w * PRM term per step (prm.py)
+      shaped, prm_aux, prm_metrics, _ = shaper.shape(
+          aux, traj, None, hp, jax.random.fold_in(k_perm, 2), state.update, params)
+      gae_traj = traj._replace(rewards=shaped)
+      prm_aux = {k: prm_aux[k] for k in ("prm_params", "prm_prev", "prm_start")}
     advantages, values = advantages_with_boundaries(
-        lambda o: network.apply(params, o)[1], traj, obs, hp["gamma"], hp["gae_lambda"],
-        gae_method, max_truncations)
+        lambda o: network.apply(params, o)[1], gae_traj, obs, hp["gamma"],
+        hp["gae_lambda"], gae_method, max_truncations)
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "values": values, "advantages": advantages, "targets": advantages + values}
     data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:]), data)
@@ -265,9 +280,10 @@ def make_train(config) -> common.Train:
     running, mean_return, num_episodes = episodes.continuing_episode_stats(
         traj.rewards, traj.dones, aux["running_return"], aux["last_return"])
     metrics.update({"return": mean_return, "episodes": num_episodes, "lr": lr,
-                    "value_mean": values.mean(), "advantage_std": advantages.std()})
+                    "value_mean": values.mean(), "advantage_std": advantages.std(),
+                    **prm_metrics})
     new_aux = {"env_state": env_state, "obs": obs, "running_return": running,
-               "last_return": mean_return}
+               "last_return": mean_return, **prm_aux}
     if with_success:
       hits, success = episodes.continuing_episode_success(
           traj.rewards, traj.dones, aux["running_hits"], aux["last_success"])
@@ -285,6 +301,7 @@ def make_train(config) -> common.Train:
 
   return ppo_critics.with_gae_gradient(config, common.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
-      default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
-      env_steps_per_update=batch,
+      default_hparams={**{k: config[k] for k in HPARAMS},
+                       **(shaper.hparams if shaper is not None else {})},
+      num_updates=n_updates, env_steps_per_update=batch,
       headline=("success", "return") if with_success else ("return", "entropy")))

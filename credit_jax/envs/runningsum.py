@@ -22,7 +22,9 @@ are consumed), `[M:2M]` one-hot of the partial sum stated so far (the agent's cl
 or wrong), `[2M]` progress `i / N`, `[2M+1]` time `t / T`. The truth is not observed.
 
 Per-step ground truth in `info`: `step_correct` (bool, the step just taken is right),
-`padding` (bool, it was a padding step), `surface` (bool, style 1), `progress` (bool).
+`padding` (bool, it was a padding step), `surface` (bool, style 1), `progress` (bool),
+`post_state` (the state after the step, before any auto-reset: Monte-Carlo step labels
+restore it and run completions from it).
 `check_step` is the step checker as a pure function. Actions outside `[0, A)` are wrong
 padding steps (nothing changes, never right).
 """
@@ -122,7 +124,7 @@ class RunningSum(base.CreditEnv):
     reward = jnp.logical_and(terminated, state.claimed == state.true_sum
                              ).astype(jnp.float32)
     info = {"step_correct": c["correct"], "padding": c["padding"],
-            "surface": c["surface"], "progress": c["progress"]}
+            "surface": c["surface"], "progress": c["progress"], "post_state": state}
     return self.get_obs(state), state, reward, terminated, info
 
   def is_terminated(self, state: RunningSumState, params: Any) -> jax.Array:
