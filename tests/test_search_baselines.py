@@ -337,3 +337,22 @@ def test_shapes_are_checked():
   with pytest.raises(ValueError, match=r"logits_fn must return \[3\]"):
     baselines.make_greedy(env, lambda p, o: jnp.zeros(4), max_depth=T)(
         None, params, jax.random.PRNGKey(0), states, obs)
+
+
+def test_streamed_best_of_m_is_the_best_over_its_chunks():
+  env = SeqEnv()
+  params, obs, states = _roots(env, 3)
+  table, key = jnp.asarray(TABLE), jax.random.PRNGKey(7)
+  streamed = jax.jit(baselines.make_best_of_m_streamed(env, table_logits, max_depth=T,
+                                                       chunk=2))
+  chunk = jax.jit(baselines.make_best_of_m(env, table_logits, num_samples=2, max_depth=T))
+  for num_chunks in (1, 4):
+    out = streamed(table, params, key, states, obs, num_chunks, temperature=0.8,
+                   success_threshold=0.5)
+    parts = [chunk(table, params, jax.random.fold_in(key, i), states, obs, temperature=0.8)
+             for i in range(num_chunks)]
+    best = np.max([np.asarray(p.returns).max(1) for p in parts], axis=0)
+    np.testing.assert_allclose(out.total_reward, best)
+    np.testing.assert_array_equal(out.success, best >= 0.5)
+    np.testing.assert_array_equal(out.env_steps, np.sum([p.env_steps for p in parts], 0))
+    np.testing.assert_array_equal(out.policy_evals, out.env_steps)

@@ -10,7 +10,8 @@ the step at depth d keyed `fold_in(env_key, d)`):
   out.success, out.env_steps, out.policy_evals                  # [B] each
 
   make_greedy             the argmax action at every step (one episode; T env steps).
-  make_best_of_m          M independent episodes sampled at `temperature`.
+  make_best_of_m          M independent episodes sampled at `temperature`
+                          (`make_best_of_m_streamed`: M chosen at call time).
   make_sampling_without_replacement
                           M distinct action sequences, drawn without replacement from the
                           policy at `temperature`: stochastic beam search (Gumbel-top-k
@@ -140,6 +141,41 @@ def make_best_of_m(env, logits_fn: LogitsFn, *, num_samples: int, max_depth: int
   """
   return _sampler(env, logits_fn, _check("num_samples", num_samples),
                   _check("max_depth", max_depth), greedy=False)
+
+
+class StreamedOutput(NamedTuple):
+  """Best-of-M reduced over its samples as they are drawn (`make_best_of_m_streamed`)."""
+  total_reward: Array  # [B] float32, best return among complete episodes (-inf if none)
+  success: Array       # [B] bool
+  env_steps: Array     # [B] int32
+  policy_evals: Array  # [B] int32
+
+
+def make_best_of_m_streamed(env, logits_fn: LogitsFn, *, max_depth: int, chunk: int = 1):
+  """Best-of-M with M = `chunk x num_chunks` chosen at call time (traced): a loop of
+  `make_best_of_m` calls of `chunk` samples, chunk i keyed `fold_in(key, i)`, keeping only
+  the best return. One compiled function serves every M (and its cost grows with M).
+
+  Returns `fn(params, env_params, key, root_states, root_obs, num_chunks, *,
+  temperature=1.0, success_threshold=1.0) -> StreamedOutput` with roots `[B, ...]`.
+  """
+  inner = make_best_of_m(env, logits_fn, num_samples=_check("chunk", chunk),
+                         max_depth=max_depth)
+
+  def fn(params, env_params, key, root_states, root_obs, num_chunks, *, temperature=1.0,
+         success_threshold=1.0):
+    batch = check_roots(root_states, root_obs)
+    def body(i, c):
+      best, steps, evals = c
+      out = inner(params, env_params, jax.random.fold_in(key, i), root_states, root_obs,
+                  temperature=temperature, success_threshold=success_threshold)
+      return (jnp.maximum(best, out.total_reward), steps + out.env_steps,
+              evals + out.policy_evals)
+    zeros = jnp.zeros((batch,), jnp.int32)
+    best, steps, evals = jax.lax.fori_loop(
+        0, num_chunks, body, (jnp.full((batch,), NEG_INF), zeros, zeros))
+    return StreamedOutput(best, best >= success_threshold, steps, evals)
+  return fn
 
 
 def log1mexp(x: Array) -> Array:
@@ -321,5 +357,6 @@ def make_beam_search(env, logits_fn: LogitsFn, *, width: int, max_depth: int,
 
 
 __all__ = ["BaselineOutput", "log1mexp", "make_beam_search", "make_best_of_m",
+           "make_best_of_m_streamed", "StreamedOutput",
            "make_greedy", "make_sampling_without_replacement", "state_hash",
            "truncated_gumbel"]
