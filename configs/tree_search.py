@@ -8,7 +8,7 @@ the search's compute (matched on env steps and policy evaluations, and on wall t
 with search on and off (the control arm is plain GRPO with the same loss) and plots both.
 Part B's recipe alone, for scripts/train.py, is configs/search_then_train_keychain.py.
 
-Variants: "small" (the default, `tree_search.default_config()`: three priors at k = 4,
+Variants: "small" (the default, `tree_search.default_config()`: two priors at k = 4,
 about 4 minutes on a 2-core CPU), "full" (the README's figures: six points at k = 4, 7,
 10, about 10 minutes), "smoke" (seconds: what the tests run), "gpu" (the full points with
 more simulations and seeds).

@@ -64,6 +64,17 @@ def test_beam_cost_and_matched_budgets_by_hand():
   assert w == 260                      # 4 + 16 + 64 + 7 * 260 = 1904
 
 
+def test_verdicts_need_separated_intervals():
+  rec = lambda m, lo, hi: {"method": m, "budget": 1, "success": (lo + hi) / 2,
+                           "ci_low": lo, "ci_high": hi}
+  search = rec("search", 0.5, 0.6)
+  assert svb.verdict(search, [rec("a", 0.1, 0.2), rec("b", 0.3, 0.45)])["verdict"] == (
+      "search better")
+  v = svb.verdict(search, [rec("a", 0.1, 0.2), rec("b", 0.65, 0.7)])
+  assert (v["method"], v["verdict"]) == ("b", "baseline better")
+  assert svb.verdict(search, [rec("a", 0.55, 0.7)])["verdict"].startswith("not resolved")
+
+
 def test_wilson_interval_against_closed_forms():
   z2 = 1.959963984540054 ** 2
   assert report.wilson_interval(0, 10) == (0.0, pytest.approx(z2 / (10 + z2)))
@@ -144,10 +155,11 @@ def check_points_structure(summary):
     for m in svb.MATCHINGS:
       methods = {r["method"] for r in p["matched"][m]}
       assert methods == BASELINES | {f"best_of_m@{t:g}" for t in summary["temperatures"]}
-      best = p["best"][m]
-      assert best["success"] == max(r["success"] for r in p["matched"][m])
-      assert best["verdict"] in ("search better", "baseline better",
-                                 "not resolved (intervals overlap)")
+      sequence = [r for r in p["matched"][m] if r["method"] not in svb.STATE_METHODS]
+      for best, recs in ((p["best"][m], p["matched"][m]), (p["best_sequence"][m], sequence)):
+        assert best["success"] == max(r["success"] for r in recs)
+        assert best["verdict"] in ("search better", "baseline better",
+                                   "not resolved (intervals overlap)")
     # Matched on compute: no baseline spends more env steps or evaluations than search.
     for r in p["matched"]["steps_and_evals"]:
       assert r["env_steps"] <= p["search"]["env_steps"] + 1e-6

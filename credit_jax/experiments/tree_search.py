@@ -50,7 +50,7 @@ def train_config(horizon: int, num_pivotal: int):
 
 
 def default_config() -> ml_collections.ConfigDict:
-  """The "small" run: three priors at k = 4 (1024 tasks each), then part B at T = 10, k = 6."""
+  """The "small" run: two priors at k = 4 (1024 tasks each), then part B at T = 10, k = 6."""
   c = ml_collections.ConfigDict()
   c.parts = "ab"                 # which parts run: a (search vs baselines), b (training)
   c.seed = 0                     # base RNG seed
@@ -58,7 +58,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.horizon = 10                 # episode length T, and the search's max_depth
   c.num_actions = 4              # A
   # Part A points (prior, k pivotal steps); priors in search_vs_baselines.PRIORS.
-  c.points = (("uniform", 4), ("informative", 4), ("adversarial", 4))
+  c.points = (("uniform", 4), ("adversarial", 4))
   c.prior_q = 0.5                # informative/adversarial: probability of the top action
   c.adversarial_right = 0.3      # adversarial: the right key's probability when second
   c.num_tasks = 1024             # tasks (start states) per point, shared by the methods
