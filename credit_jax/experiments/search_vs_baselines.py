@@ -303,7 +303,8 @@ def plot(points, workdir, load=None):
              label=label(method), color="k" if method == "search" else f"C{j}")
     ax.set_xticks(x, [f"{point_label(p)}\np={p['episode_success']:.1e}" for p in points],
                   fontsize=8)
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.2)
+    ax.set_yticks(np.linspace(0, 1, 6))
     ax.set_ylabel("tasks solved (Wilson 95%)")
     what = ("matched on env steps and policy evaluations" if matching == "steps_and_evals"
             else "matched on wall time")
@@ -311,7 +312,7 @@ def plot(points, workdir, load=None):
                  f"{what}" + (f" (load average {load:.1f})" if load is not None else ""),
                  fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-  axes[0, 0].legend(fontsize=7, ncol=4)
+  axes[0, 0].legend(fontsize=7, ncol=len(methods), loc="upper center")
   return report.save_figure(fig, workdir, "search_vs_baselines.png")
 
 
