@@ -188,3 +188,4 @@ def test_smoke_run_writes_figures_and_a_consistent_summary(tmp_path):
   text = (tmp_path / "summary.md").read_text()
   assert text.startswith("# Exercise 5")
   assert "Matched on wall time" in text and "load average" in text
+  assert "### Where search stands" in text and "against the best sequence-level" in text

@@ -316,6 +316,26 @@ def plot(points, workdir, load=None):
   return report.save_figure(fig, workdir, "search_vs_baselines.png")
 
 
+def conclusions(points):
+  """Markdown bullets, generated from the verdicts: per matching and baseline set, the
+  points where search is better, where a baseline is, and where neither is resolved."""
+  lines = []
+  for matching in MATCHINGS:
+    for key, which in (("best_sequence", "the best sequence-level baseline"),
+                       ("best", "the best of all baselines (beam over states included)")):
+      groups = {}
+      for p in points:
+        b = p[key][matching]
+        groups.setdefault(b["verdict"], []).append(
+            f"{point_label(p)} ({label(b['method'])} {b['success']:.3f} vs search "
+            f"{p['search']['success']:.3f})")
+      said = "; ".join(f"{v}: {', '.join(ps)}" for v, ps in sorted(groups.items()))
+      lines.append(f"- matched on {matching.replace('_', ' ')}, against {which}: {said}.")
+  return lines + ["- Search better or baseline better means the Wilson 95% intervals do "
+                  "not overlap; the best baseline is the highest measured of several, "
+                  "which favours the baselines slightly."]
+
+
 def _cell(r):
   exact = f", exact {r['exact']:.3f}" if r.get("exact") is not None else ""
   return (f"{r['success']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
@@ -340,6 +360,8 @@ def markdown(s):
       "(min of repeated compiled calls over all tasks, on a shared 2-core CPU: load "
       f"average {s.get('load_average', float('nan')):.1f} when part A started, so read "
       "times as rough).", "",
+      "### Where search stands", "",
+      *conclusions(points), "",
       "### The search's cost and success", ""]
   lines += report.table(
       ("point", "p (one episode, temp 1)", f"best-of-{s['group_size']} (exact)", "search",
