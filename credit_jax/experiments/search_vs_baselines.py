@@ -112,10 +112,9 @@ class _Runner:
       s = self.config.search
       fn = search_lib.make_search(*fn_args, num_simulations=budget, max_depth=T,
                                   selection=s.selection, rollout=s.rollout)
-      def run(table, key, temperature, num_samples):
+      def run(table, key, temperature, num_samples, states0, obs0):
         del temperature, num_samples
-        out = fn(table, self.env_params, key, self.states0, self.obs0,
-                 exploration=s.exploration)
+        out = fn(table, self.env_params, key, states0, obs0, exploration=s.exploration)
         steps = out.stats.env_steps + T           # + the replay of the best episode
         return out.stats.success, steps, steps + 1
       return run
@@ -127,10 +126,10 @@ class _Runner:
             "beam_dedup": lambda: bl.make_beam_search(*fn_args, width=budget, max_depth=T,
                                                       dedup=True)}[method]()
     del env
-    def run(table, key, temperature, num_samples):
+    def run(table, key, temperature, num_samples, states0, obs0):
       kw = {} if method == "greedy" else {"temperature": temperature}
       extra = (num_samples,) if method == "best_of_m" else ()
-      out = make(table, self.env_params, key, self.states0, self.obs0, *extra, **kw)
+      out = make(table, self.env_params, key, states0, obs0, *extra, **kw)
       return out.success, out.env_steps, out.policy_evals
     return run
 
@@ -140,7 +139,10 @@ class _Runner:
     Best-of-M takes M at call time (one compile per environment); the others compile
     once per (method, budget)."""
     cache = (method,) if method == "best_of_m" else (method, int(budget))
-    args = (jnp.asarray(table), key, jnp.float32(temperature), jnp.int32(budget))
+    # The tasks are arguments, not closed-over constants: XLA would constant-fold the
+    # search tree's initialisation from them, slowly.
+    args = (jnp.asarray(table), key, jnp.float32(temperature), jnp.int32(budget),
+            self.states0, self.obs0)
     if cache not in self._compiled:
       self._compiled[cache] = jax.jit(self._build(method, int(budget))).lower(
           *args).compile()
