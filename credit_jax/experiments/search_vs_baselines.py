@@ -139,8 +139,7 @@ class _Runner:
     Best-of-M takes M at call time (one compile per environment); the others compile
     once per (method, budget)."""
     cache = (method,) if method == "best_of_m" else (method, int(budget))
-    # The tasks are arguments, not closed-over constants: XLA would constant-fold the
-    # search tree's initialisation from them, slowly.
+    # The tasks are arguments, not closed-over constants embedded in every executable.
     args = (jnp.asarray(table), key, jnp.float32(temperature), jnp.int32(budget),
             self.states0, self.obs0)
     if cache not in self._compiled:
