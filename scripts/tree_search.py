@@ -1,8 +1,8 @@
-"""Exercise 5: tree search vs sampling on KeyChain-v0, and what search buys GRPO.
+"""Exercise 5: tree search vs baselines on KeyChain-v0, and what search buys GRPO.
 
   python3 scripts/tree_search.py --config=configs/tree_search.py:small --workdir=/tmp/ts
 
-Writes metrics.jsonl, search_vs_sampling.png, training_curves.png, summary.json and
+Writes metrics.jsonl, search_vs_baselines.png, training_curves.png, summary.json and
 summary.md into --workdir. All logic lives in credit_jax/experiments/tree_search.py.
 """
 from credit_jax.experiments import cli, tree_search

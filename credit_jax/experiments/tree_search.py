@@ -1,26 +1,23 @@
-"""Exercise 5: tree search vs sampling on KeyChain-v0, and what search buys GRPO.
+"""Exercise 5: tree search against decoding baselines on KeyChain-v0, and what search buys GRPO.
 
   python3 scripts/tree_search.py --config=configs/tree_search.py:small --workdir=/tmp/ts
   summary = tree_search.run(tree_search.default_config(), workdir)
 
-Part A, per difficulty point (k pivotal steps, policy q), on `num_tasks` start states:
-  * sampling: K episodes per task (GRPO's budget); success = any of them succeeded;
-  * search: `credit_jax.search` from the same start state with the same policy as prior;
-    success = it found a complete successful episode; its env steps are counted exactly
-    (expansions + rollouts);
-  * sampling at matched compute: M = (search env steps per task) / T episodes per task.
-The policy is tabular (`credit_jax.diagnostics`): uniform (random success (1/A)^k) or
-answering each pivotal step right with probability q (success q^k), so the sampling
-success is known exactly, `1 - (1 - p)^K`; the multipliers use it (the measured value is
-reported beside it and can be 0 at these rates). Success multiplier = search success /
-sampling success; compute multiplier = search env steps / sampling env steps.
+Part A (`credit_jax/experiments/search_vs_baselines.py`), per point (a prior: uniform,
+informative or adversarial; k pivotal steps), on `num_tasks` start states: the tree
+search with the prior as its policy against greedy decoding, best-of-M at several
+temperatures, sampling without replacement and beam search (over sequences and over
+distinct states), each at the search's compute matched on env steps and policy
+evaluations, and again on wall time. Success rates carry Wilson 95% intervals; greedy and
+best-of-M also have exact rates. Per point and matching, the best baseline and whether
+the intervals separate it from the search.
 
 Part B trains `search_then_train` with search on and off (the off arm is GRPO with the same
 loss), seeds vmapped, and plots sampled and greedy success against updates and against
 env steps (search steps included).
 
 `config.parts` picks the parts ("ab", or "a" / "b" alone). Writes into the workdir:
-metrics.jsonl (one record per point, then per update and arm), search_vs_sampling.png
+metrics.jsonl (one record per point, then per update and arm), search_vs_baselines.png
 (part A), training_curves.png (part B), summary.json and summary.md.
 """
 from __future__ import annotations
@@ -32,13 +29,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from credit_jax import diagnostics as dg
-from credit_jax import envs, metrics, rollout
-from credit_jax import search as search_lib
+from credit_jax import metrics
 from credit_jax.algos import ConfigError
 from credit_jax.algos import common
 from credit_jax.algos import search_then_train as stt
 from credit_jax.experiments import report
+from credit_jax.experiments import search_vs_baselines as svb
 
 def train_config(horizon: int, num_pivotal: int):
   """Part B's search-then-train recipe config: the recipe's `default_config()` on KeyChain
@@ -54,19 +50,22 @@ def train_config(horizon: int, num_pivotal: int):
 
 
 def default_config() -> ml_collections.ConfigDict:
-  """The "small" run: six difficulty points, then part B at T = 10, k = 6."""
+  """The "small" run: two priors at k = 4 (1024 tasks each), then part B at T = 10, k = 6."""
   c = ml_collections.ConfigDict()
-  c.parts = "ab"                 # which parts run: a (search vs sampling), b (training)
+  c.parts = "ab"                 # which parts run: a (search vs baselines), b (training)
   c.seed = 0                     # base RNG seed
   c.env_name = "KeyChain-v0"
   c.horizon = 10                 # episode length T, and the search's max_depth
   c.num_actions = 4              # A
-  # Part A points (k pivotal steps, q): q = 0 is the uniform policy, random success
-  # (1/A)^k; q > 0 a tabular policy answering each pivotal step right with probability q
-  # (credit_jax.diagnostics.biased_logits), success q^k: a partly trained prior.
-  c.difficulties = ((2, 0.0), (4, 0.0), (5, 0.0), (7, 0.0), (7, 0.5), (10, 0.5))
-  c.num_tasks = 128              # tasks (start states) per point
-  c.group_size = 8               # K: episodes per task GRPO would sample
+  # Part A points (prior, k pivotal steps); priors in search_vs_baselines.PRIORS.
+  c.points = (("uniform", 4), ("adversarial", 4))
+  c.prior_q = 0.5                # informative/adversarial: probability of the top action
+  c.adversarial_right = 0.3      # adversarial: the right key's probability when second
+  c.num_tasks = 1024             # tasks (start states) per point, shared by the methods
+  c.group_size = 8               # K: the exact best-of-K rate, GRPO's budget, is reported
+  c.temperatures = (1.0, 0.5, 0.25)  # best-of-M sampling temperatures
+  c.timing_repeats = 2           # wall time of a call: the min over this many runs
+  c.max_wall_budget = 4096       # cap on a wall-time-matched M or width
   c.search = ml_collections.ConfigDict()
   c.search.simulations = 256     # per task
   c.search.selection = "puct"    # puct | ucb1
@@ -91,91 +90,28 @@ def validate_config(config) -> None:
   a = int(config.num_actions)
   if a < 2 or a & (a - 1):
     raise ConfigError(f"config.num_actions={a} must be a power of two >= 2 (uniform cues)")
-  for i, (k, q) in enumerate(config.difficulties):
-    if not 1 <= int(k) <= config.horizon:
-      raise ConfigError(f"config.difficulties[{i}]: k={k} must lie in [1, horizon="
+  for i, point in enumerate(config.points):
+    if len(point) != 2 or point[0] not in svb.PRIORS:
+      raise ConfigError(f"config.points[{i}] must be (prior, k) with prior in {svb.PRIORS}, "
+                       f"got {point!r}")
+    if not 1 <= int(point[1]) <= config.horizon:
+      raise ConfigError(f"config.points[{i}]: k={point[1]} must lie in [1, horizon="
                        f"{config.horizon}]")
-    if not 0.0 <= q < 1.0:
-      raise ConfigError(f"config.difficulties[{i}]: q={q} must be 0 (uniform) or in (0, 1)")
-  for field in ("num_tasks", "group_size"):
+  q, right = float(config.prior_q), float(config.adversarial_right)
+  rest = (1.0 - q - right) / (a - 2) if a > 2 else 0.0
+  if not (0.0 < right < q < 1.0 and q + right <= 1.0 and rest < right):
+    raise ConfigError(f"config.prior_q={q} and config.adversarial_right={right} must "
+                     "rank the right key second: 0 < right < q, q + right <= 1, and the "
+                     f"other keys' share {rest:.3g} below right")
+  if not config.temperatures or min(config.temperatures) <= 0:
+    raise ConfigError(f"config.temperatures must be positive, got {config.temperatures}")
+  for field in ("num_tasks", "group_size", "timing_repeats", "max_wall_budget"):
     if int(config[field]) < 1:
       raise ConfigError(f"config.{field} must be >= 1, got {config[field]}")
   if int(config.search.simulations) < 1:
     raise ConfigError(f"config.search.simulations must be >= 1, got "
                      f"{config.search.simulations}")
   stt.validate_config(config.train)
-
-
-def success_rate(k, q, num_actions):
-  """Per-episode success of the point's policy: q^k, or (1/A)^k for the uniform one."""
-  return (q if q > 0.0 else 1.0 / num_actions) ** k
-
-
-def _table(num_actions, q):
-  """The tabular policy's [A + 1, A] logits (uniform when q = 0)."""
-  if q > 0.0:
-    return dg.biased_logits(num_actions, q)
-  return jnp.zeros((num_actions + 1, num_actions), jnp.float32)
-
-
-def _any_success(env, env_params, table, key, obs0, states0, episodes):
-  """[N] bool: any of `episodes` sampled episodes from each start state succeeded."""
-  n = obs0.shape[0]
-  obs, states = jax.tree.map(lambda x: jnp.repeat(x, episodes, axis=0), (obs0, states0))
-  traj, _ = rollout.collect(env, env_params, dg.tabular_policy, table, key, states, obs,
-                            int(env.horizon))
-  valid = rollout.first_episode_mask(traj.terminated, traj.truncated)
-  ret = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0).reshape(n, episodes)
-  return jnp.any(ret > 0, axis=1), jnp.sum(valid).astype(jnp.float32) / n
-
-
-def measure_point(config, k, q, key):
-  """Part A for one point: a dict of rates and env steps per task."""
-  a, horizon, n, group = (int(config.num_actions), int(config.horizon),
-                          int(config.num_tasks), int(config.group_size))
-  env, env_params = envs.make(config.env_name, horizon=horizon, num_pivotal=int(k),
-                              num_actions=a)
-  table = _table(a, q)
-  search_fn = search_lib.make_search(
-      env, lambda t, obs: t[dg.keychain_context(obs, a)],
-      num_simulations=int(config.search.simulations), max_depth=horizon,
-      selection=config.search.selection, rollout=config.search.rollout)
-  k_reset, k_sample, k_search, k_matched = jax.random.split(key, 4)
-  obs0, states0 = rollout.reset(env, env_params, k_reset, n)
-
-  @jax.jit
-  def sample_and_search(table, obs0, states0):
-    sampled, sample_steps = _any_success(env, env_params, table, k_sample, obs0, states0,
-                                         group)
-    out = search_fn(table, env_params, k_search, states0, obs0,
-                    exploration=config.search.exploration)
-    return (sampled, sample_steps, out.stats.success, out.stats.env_steps,
-            out.stats.tree_depth)
-  sampled, sample_steps, found, search_steps, depth = jax.device_get(
-      sample_and_search(table, obs0, states0))
-  steps = float(np.mean(search_steps))
-  matched = max(1, int(round(steps / horizon)))
-  matched_ok, _ = jax.device_get(jax.jit(
-      lambda t, o, s: _any_success(env, env_params, t, k_matched, o, s, matched))(
-          table, obs0, states0))
-  p = success_rate(k, q, a)
-  exact_k = 1.0 - (1.0 - p) ** group
-  exact_m = 1.0 - (1.0 - p) ** matched
-  search_rate = float(np.mean(found))
-  return {
-      "num_pivotal": int(k), "q": float(q if q > 0 else 1.0 / a),
-      "policy": "uniform" if q == 0.0 else "biased", "episode_success": p,
-      "group_size": group, "sampling_success": exact_k,
-      "sampling_success_measured": float(np.mean(sampled)),
-      "search_success": search_rate,
-      "search_env_steps": steps, "sampling_env_steps": float(sample_steps),
-      "compute_multiplier": steps / float(sample_steps),
-      "success_multiplier": search_rate / exact_k,
-      "matched_episodes": matched, "matched_sampling_success": exact_m,
-      "matched_sampling_success_measured": float(np.mean(matched_ok)),
-      "matched_success_multiplier": search_rate / exact_m,
-      "search_tree_depth": float(np.mean(depth)), "tasks": n,
-      "simulations": int(config.search.simulations)}
 
 
 def train_arms(config, key, log):
@@ -196,36 +132,6 @@ def train_arms(config, key, log):
 
 def _env_steps(m):
   return np.cumsum(m["sample_env_steps"] + m["search_env_steps"], axis=1)
-
-
-def plot_points(points, workdir):
-  """search_vs_sampling.png: part A's success rates and multipliers; returns its path."""
-  fig, axes = report.figure(1, 2, figsize=(12, 4.5))
-  ax, axm = axes[0]
-  x = np.arange(len(points))
-  labels = [f"k={p['num_pivotal']}\nq={p['q']:.2f}\np={p['episode_success']:.1e}"
-            for p in points]
-  for offset, (key, label) in zip((-0.27, 0.0, 0.27), (
-      ("sampling_success", "sampling, K per task (exact)"),
-      ("matched_sampling_success", "sampling at search's compute (exact)"),
-      ("search_success", "tree search (measured)"))):
-    ax.bar(x + offset, [max(p[key], 1e-6) for p in points], width=0.27, label=label)
-  ax.set_yscale("log")
-  ax.set_ylim(1e-6, 1.5)
-  ax.set_xticks(x, labels, fontsize=7)
-  ax.set_ylabel("tasks solved")
-  ax.set_title("KeyChain-v0: success per task", fontsize=10)
-  ax.legend(fontsize=7)
-  axm.plot(x, [p["success_multiplier"] for p in points], "o-", label="success multiplier (vs K)")
-  axm.plot(x, [p["matched_success_multiplier"] for p in points], "s-",
-           label="success multiplier (vs matched compute)")
-  axm.plot(x, [p["compute_multiplier"] for p in points], "^--", label="compute multiplier")
-  axm.axhline(1.0, color="grey", lw=0.8)
-  axm.set_yscale("log")
-  axm.set_xticks(x, labels, fontsize=7)
-  axm.legend(fontsize=7)
-  axm.set_title("search over sampling", fontsize=10)
-  return report.save_figure(fig, workdir, "search_vs_sampling.png")
 
 
 def plot_training(arms, workdir):
@@ -266,33 +172,13 @@ def plot_training(arms, workdir):
 def markdown(summary):
   """summary.md: part A's table and part B's, for the parts that ran."""
   s = summary
-  lines = ["# Exercise 5: tree search vs sampling (KeyChain-v0)", "",
+  lines = ["# Exercise 5: tree search vs baselines (KeyChain-v0)", "",
            f"{report.wall_time(s['wall_seconds'])}", ""]
   if "points" in s:
-    lines += _markdown_points(s)
+    lines += svb.markdown(s)
   if "training" in s:
     lines += _markdown_training(s["training"])
   return "\n".join(lines + [""])
-
-
-def _markdown_points(s):
-  lines = [
-      "## Sampling against search, per difficulty", "",
-      f"T = {s['horizon']}, A = {s['num_actions']}, {s['num_tasks']} tasks per point, "
-      f"K = {s['group_size']} samples per task, search: {s['simulations']} simulations "
-      f"({s['selection']}, {s['rollout']} rollouts) with the policy as prior. Sampling "
-      "success is exact (`1 - (1 - p)^K`; measured beside it); search success is measured.",
-      ""]
-  lines += report.table(
-      ("k", "policy q", "p (one episode)", "sampling@K", "(measured)", "search",
-       "success x", "compute x", "matched M", "sampling@M", "success x at matched compute"),
-      [(p["num_pivotal"], f"{p['q']:.2f} ({p['policy']})", f"{p['episode_success']:.2e}",
-        f"{p['sampling_success']:.2e}", f"{p['sampling_success_measured']:.3f}",
-        f"{p['search_success']:.3f}", f"{p['success_multiplier']:.3g}",
-        f"{p['compute_multiplier']:.3g}", p["matched_episodes"],
-        f"{p['matched_sampling_success']:.2e}", f"{p['matched_success_multiplier']:.3g}")
-       for p in s["points"]])
-  return lines + [""]
 
 
 def _markdown_training(t):
@@ -338,26 +224,22 @@ def training_summary(train_config, arms):
 
 
 def _part_a(config, key, writer, log):
-  """Part A: one dict per difficulty point (`measure_point`), logged and recorded."""
-  points = []
-  for i, (k, q) in enumerate(config.difficulties):
-    lap = report.Stopwatch()
-    p = measure_point(config, k, q, jax.random.fold_in(key, i))
-    points.append(p)
-    writer.write_records([{"update": i + 1, "part": "A", **p}])
-    log(f"point {i + 1}/{len(config.difficulties)} k={k} q={p['q']:.2f} "
-        f"p={p['episode_success']:.1e}: sampling@{p['group_size']} "
-        f"{p['sampling_success']:.2e} (measured {p['sampling_success_measured']:.3f}), "
-        f"search {p['search_success']:.3f} | x{p['success_multiplier']:.3g} success at "
-        f"x{p['compute_multiplier']:.3g} compute | {lap.seconds():.1f}s")
+  """Part A: one dict per point (`search_vs_baselines.measure_point`), logged, recorded."""
+  points = svb.measure_points(config, key, log)
+  writer.write_records([
+      {"update": i + 1, "part": "A", "prior": p["prior"], "num_pivotal": p["num_pivotal"],
+       "episode_success": p["episode_success"], "search_success": p["search"]["success"],
+       "search_env_steps": p["search"]["env_steps"],
+       **{f"best_{m}_success": p["best"][m]["success"] for m in svb.MATCHINGS}}
+      for i, p in enumerate(points)])
   return points
 
 
 def run(config, workdir: str, log=print) -> dict:
   """Runs the parts named by `config.parts`; writes metrics, figures and summaries.
 
-  Returns the summary (also summary.json): "points" (part A, one dict per difficulty)
-  and "training" (part B, `training_summary`).
+  Returns the summary (also summary.json): the setup, "points" (part A, one dict per
+  point, `search_vs_baselines.measure_point`) and "training" (part B, `training_summary`).
   """
   validate_config(config)
   os.makedirs(workdir, exist_ok=True)
@@ -366,11 +248,15 @@ def run(config, workdir: str, log=print) -> dict:
   summary = {"horizon": int(config.horizon), "num_actions": int(config.num_actions),
              "num_tasks": int(config.num_tasks), "group_size": int(config.group_size),
              "simulations": int(config.search.simulations),
-             "selection": config.search.selection, "rollout": config.search.rollout}
+             "selection": config.search.selection, "rollout": config.search.rollout,
+             "prior_q": float(config.prior_q),
+             "adversarial_right": float(config.adversarial_right),
+             "temperatures": [float(t) for t in config.temperatures],
+             "load_average": float(os.getloadavg()[0])}
   with metrics.MetricsWriter(workdir, tensorboard=False) as writer:
     if "a" in config.parts:
       summary["points"] = _part_a(config, key, writer, log)
-      plot_points(summary["points"], workdir)
+      svb.plot(summary["points"], workdir, summary["load_average"])
     if "b" in config.parts:
       arms = train_arms(config, jax.random.fold_in(key, 10_000), log)
       first = len(summary.get("points", ()))
