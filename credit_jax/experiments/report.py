@@ -2,7 +2,7 @@
 
   fig, axes = report.figure(1, 2, figsize=(12, 4.5))   # axes: [rows, cols]
   ...
-  report.save_figure(fig, workdir, "search_vs_sampling.png")
+  report.save_figure(fig, workdir, "search_vs_baselines.png")
   report.write_summary(workdir, summary, markdown_text)
 
 Figures are drawn on a `matplotlib.figure.Figure` with its own Agg canvas, so drawing one
