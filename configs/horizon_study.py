@@ -22,8 +22,7 @@ def get_config(arg=None):
   """Returns the study config; `arg` picks a variant ("small" default, "full", "smoke")."""
   c = horizon.default_config()
   if arg in (None, "", "small"):
-    c.horizons = (10, 30, 100, 300)
-    c.lr_sweep.families, c.lr_sweep.methods = (), ()
+    pass
   elif arg == "full":
     c.seeds = 8
     c.horizons = (10, 30, 100, 300, 1000, 3000)
@@ -32,6 +31,8 @@ def get_config(arg=None):
                  "ppo_mlp_g0.999_l0.95", "ppo_mlp_g0.99_l1", "ppo_mlp_g0.99_l0.95",
                  "ppo_gru_g1_l1")
     c.budget_updates = 200
+    c.lr_sweep.families = ("reinforce", "grpo", "ppo")
+    c.lr_sweep.methods = ("reinforce", "grpo_k8", "ppo_mlp_g1_l1")
     c.budget_env_steps = 40_000_000
   elif arg == "smoke":
     c.seeds, c.episodes, c.hidden_sizes = 2, 8, (8,)
