@@ -21,6 +21,10 @@ clip_eps, ent_coef, vf_coef, max_grad_norm.
 `config.network.kind` picks the network: "mlp" (the default when the field is absent;
 this module), or "gru" / "transformer", sequence networks with memory of the episode,
 trained by `credit_jax.algos.ppo_sequence` (minibatches over whole environment windows).
+`config.network.critic_kind` ("same": that network's value head, the default) and
+`config.network.critic_oracle` give the critic a network of its own (an MLP actor with a
+GRU critic, the reverse, a critic that also sees the environment's ground-truth state),
+trained by `credit_jax.algos.ppo_critics`.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ import ml_collections
 
 import credit_jax as cj
 from credit_jax import networks, rollout
-from credit_jax.algos import common, episodes, losses, ppo_sequence
+from credit_jax.algos import common, episodes, losses, ppo_critics, ppo_sequence
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
 NETWORK_KINDS = ("mlp", "gru", "transformer")
@@ -65,6 +69,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.vf_coef = 0.5                 # value loss weight (a traced hparam)
 
   common.add_network_kind(c)      # network.kind (mlp | gru | transformer) and its fields
+  ppo_critics.add_critic_fields(c)  # network.critic_kind, network.critic_oracle
 
   c.chunk_updates = 61            # updates per compiled call (one progress line each)
   c.checkpoint_every = 244        # updates between checkpoints (k * chunk_updates)
@@ -99,6 +104,7 @@ def validate_fields(config) -> None:
   req(kind in NETWORK_KINDS, "network.kind", f"must be one of {NETWORK_KINDS}, got {kind!r}")
   if kind != "mlp":
     ppo_sequence.validate_config(config)
+  ppo_critics.validate_fields(config)
 
 
 def validate_config(config) -> None:
@@ -177,6 +183,9 @@ def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
 def make_train(config) -> common.Train:
   """`Train` for PPO on `config.env_name`; see `common.Train` for how to call it."""
   validate_config(config)
+  if ppo_critics.separate_critic(config):
+    return ppo_critics.make_train(config, HPARAMS, num_updates(config),
+                                  advantages_with_boundaries)
   if network_kind(config) != "mlp":
     return ppo_sequence.make_train(config, HPARAMS, num_updates(config))
   env, env_params = common.make_env(config)

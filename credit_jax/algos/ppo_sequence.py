@@ -30,21 +30,23 @@ from credit_jax import sequence_networks as sn
 from credit_jax.algos import common, episodes, losses
 
 
+def network_kwargs(net, kind: str) -> dict:
+  """The constructor arguments of a `kind` ("gru" | "transformer") sequence network from
+  the fields of `config.network` (`net`)."""
+  if kind == "gru":
+    return dict(hidden_size=int(net.get("gru_size", 64)),
+                encoder_sizes=tuple(net.hidden_sizes), activation=net.activation,
+                shared_torso=bool(net.shared_torso))
+  return dict(d_model=int(net.get("d_model", 32)), num_heads=int(net.get("num_heads", 2)),
+              num_layers=int(net.get("num_layers", 1)), max_len=int(net.get("max_len", 64)))
+
+
 def make_network(config, env, env_params):
   """`(network, obs_shape)`: the sequence actor-critic `config.network` describes."""
-  net = config.network
   obs_shape = env.observation_space(env_params).shape
-  kind = str(net.kind)
-  if kind == "gru":
-    kwargs = dict(hidden_size=int(net.get("gru_size", 64)),
-                  encoder_sizes=tuple(net.hidden_sizes), activation=net.activation,
-                  shared_torso=bool(net.shared_torso))
-  else:
-    kwargs = dict(d_model=int(net.get("d_model", 32)), num_heads=int(net.get("num_heads", 2)),
-                  num_layers=int(net.get("num_layers", 1)),
-                  max_len=int(net.get("max_len", 64)))
+  kind = str(config.network.kind)
   network = sn.make_sequence_network(kind, env.num_actions, obs_rank=len(obs_shape),
-                                     **kwargs)
+                                     **network_kwargs(config.network, kind))
   return network, obs_shape
 
 

@@ -35,7 +35,10 @@ that can only cut an episode short, as a truncation with no reward.
 Oracle: `info["pivotal"]` (bool, the step just taken was pivotal),
 `info["correct_action"]` (int32, its right action, -1 at distractor steps) and
 `info["correct"]` (bool, pivotal and the action taken was right); `oracle(state)` gives
-the whole episode's mask and answers.
+the whole episode's mask and answers. `oracle_feature(state)` ([2] float32, jittable) is
+what an oracle-state critic may see of the hidden state (never the actor): whether every
+pivotal step so far was answered right, and the fraction of pivotal steps still ahead
+(see `credit_jax/algos/ppo_critics.py`).
 
 Actions are cast to int32. An action outside `[0, A)` (possible under jit, where nothing
 can raise) is a wrong answer at a pivotal step and has no effect elsewhere: it can never
@@ -176,6 +179,55 @@ class KeyChain(base.CreditEnv):
   def correct_action(self, state: KeyChainState) -> jax.Array:
     """[] int32: the right action at the state's current step; -1 at a distractor."""
     return self._answer_at(state, state.time)[1]
+
+  # Names of `oracle_feature`'s entries, in order.
+  ORACLE_FEATURES = ("all_correct", "pivotal_left")
+
+  def oracle_feature(self, state: KeyChainState) -> jax.Array:
+    """[2] float32 ground truth about an (unbatched) state, for an oracle-state critic.
+
+    [0] `all_correct`: 1.0 iff every pivotal step taken so far was answered right (1.0 at
+        an episode's start; after the last step, 1.0 iff the episode succeeded).
+    [1] `pivotal_left`: the fraction of the k pivotal steps not yet taken,
+        `#{i : positions[i] >= time} / k` (1.0 at the start, 0.0 after the last step).
+
+    With the observation's time feature these determine the success probability of any
+    policy that acts on the current observation alone (`cue_delay = 0`): it is
+    `all_correct * q^(k * pivotal_left)`, q its chance of answering one pivotal step
+    right. The bit alone would not: with random positions the observation does not say
+    whether the pivotal step of the current segment has passed.
+    """
+    left = jnp.sum(state.positions >= state.time).astype(jnp.float32)
+    return jnp.stack([state.all_correct.astype(jnp.float32), left / self.num_pivotal])
+
+  def draw_probabilities(self) -> Tuple[np.ndarray, np.ndarray]:
+    """The exact distribution of a reset's draws (host-side NumPy, float64).
+
+    Returns:
+      position_probs: [k, T], row i the probability that pivotal step i is at step t
+        (zero outside segment i; one entry 1.0 with `positions="fixed"`).
+      cue_probs: [A], the probability of each cue (the same for every pivotal step).
+    The k positions and the k cues are independent draws. Computed from the bits each
+    draw uses (module docstring): uniform up to the stated 2**-16 relative error.
+    """
+    k, horizon = self.num_pivotal, self.horizon
+    starts = np.asarray(self._seg_start, np.int64)
+    lengths = np.asarray(self._seg_len, np.int64)
+    bits = 16 if self._packed_draws else 32
+    position_probs = np.zeros((k, horizon), np.float64)
+    for i in range(k):
+      if self.positions == "fixed":
+        position_probs[i, int(np.asarray(self._fixed_positions)[i])] = 1.0
+        continue
+      j = np.arange(lengths[i], dtype=np.int64)
+      if self._packed_draws:   # offset = (h * L) >> 16: #{h : floor(h L / 2^16) = j}
+        counts = -((-(j + 1) << 16) // lengths[i]) + ((-j << 16) // lengths[i])
+      else:                    # offset = h % L
+        counts = (2 ** 32 - 1 - j) // lengths[i] + 1
+      position_probs[i, starts[i]:starts[i] + lengths[i]] = counts / float(2 ** bits)
+    c = np.arange(self._num_actions, dtype=np.int64)
+    cue_probs = ((2 ** bits - 1 - c) // self._num_actions + 1) / float(2 ** bits)
+    return position_probs, cue_probs
 
   def oracle(self, state: KeyChainState) -> Tuple[jax.Array, jax.Array]:
     """The episode's ground truth, from any state of it (unbatched).
