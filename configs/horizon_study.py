@@ -37,7 +37,7 @@ def get_config(arg=None):
   elif arg == "smoke":
     c.seeds, c.episodes, c.hidden_sizes = 2, 8, (8,)
     c.horizons = (4, 8)
-    c.methods = ("reinforce", "grpo_k4", "ppo_mlp_g1_l1")
+    c.methods = ("grpo_k4",)
     c.num_pivotal, c.num_actions = 1, 2
     c.budget_updates, c.chunk_updates, c.smooth, c.hold = 4, 2, 1, 1
     c.lr_sweep.families, c.lr_sweep.methods = ("grpo",), ("grpo_k4",)

@@ -334,12 +334,19 @@ def run(config, workdir: str, log=print) -> dict:
   todo = [(m, int(t)) for t in config.horizons for m in config.methods]
   for i, (method, t) in enumerate(todo):
     path = os.path.join(workdir, "cells", f"{method}_T{t}.json")
-    if os.path.exists(path):
-      log(f"cell {i + 1}/{len(todo)} {method} T={t}: finished before, skipped")
-      cells.append(_read(path))
-      continue
     budget = cell_budget(config, t)
     fam = horizon_methods.parse(method)[0]
+    if os.path.exists(path):
+      saved = _read(path)
+      same = (saved["budget_updates"] == budget and len(saved["censored"]) == config.seeds
+              and np.isclose(saved["lr"], lrs[fam], rtol=1e-6)
+              and saved["env_steps_per_update"] == int(config.episodes) * t)
+      if same:
+        log(f"cell {i + 1}/{len(todo)} {method} T={t}: finished before, skipped")
+        cells.append(saved)
+        continue
+      log(f"cell {i + 1}/{len(todo)} {method} T={t}: the saved cell has another budget, "
+          f"lr, seed count or batch; run again")
     cfg = horizon_methods.recipe_config(method, t, config, lrs[fam], budget)
     out = train_cell(cfg, [lrs[fam]], config, budget, log,
                      f"cell {i + 1}/{len(todo)} {method} T={t}", bool(config.stop_when_solved))

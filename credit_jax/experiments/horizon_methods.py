@@ -20,10 +20,12 @@ Names:
                          PPO + GAE(gamma, lambda), num_steps = T (one episode per env
                          and update). Critics: "mlp" (MLP actor and MLP critic of the
                          observation), "gru" (a GRU actor-critic, network.kind="gru"),
-                         and, where credit_jax/algos/ppo.py has a `critic` field (helper
-                         `critic`'s branch), "hist" (MLP actor, GRU critic over
-                         observations and actions) and "oracle" (MLP actor, critic given
-                         KeyChain's "all pivotal steps right so far" bit).
+                         "hist" (MLP actor, independent GRU critic over observations,
+                         previous actions and rewards: network.critic_kind="gru") and
+                         "oracle" (MLP actor, MLP critic that also sees KeyChain's
+                         `oracle_feature`: "all pivotal steps right so far" and the share
+                         of pivotal steps left; network.critic_oracle=True). See
+                         credit_jax/algos/ppo_critics.py.
 """
 from __future__ import annotations
 
@@ -35,8 +37,6 @@ import ml_collections
 from credit_jax.algos import ConfigError, grpo, ppo, reinforce
 
 PPO_CRITICS = ("mlp", "gru", "hist", "oracle")
-# critic name -> value of ppo's `critic` field (helper critic's branch) for the MLP actor.
-_PPO_CRITIC_FIELD = {"hist": "gru", "oracle": "oracle"}
 _PPO_RE = re.compile(r"^ppo_([a-z]+)_g([0-9.]+)_l([0-9.]+)$")
 _GRPO_RE = re.compile(r"^grpo_k([0-9]+)$")
 
@@ -62,13 +62,6 @@ def parse(name: str) -> Tuple[str, dict]:
     return "ppo", {"critic": critic, "gamma": gamma, "gae_lambda": lam}
   raise ConfigError(f"config.methods: unknown method {name!r} (reinforce, reinforce_rtg, "
                     f"grpo_k<K>, ppo_<critic>_g<gamma>_l<lambda>)")
-
-
-def critic_available(critic: str) -> bool:
-  """Whether this checkout's PPO can run `critic` (hist/oracle need ppo's critic field)."""
-  if critic in ("mlp", "gru"):
-    return True
-  return "critic" in ppo.default_config()
 
 
 def recipe_config(name: str, horizon: int, spec, lr: float, num_updates: int
@@ -104,11 +97,10 @@ def recipe_config(name: str, horizon: int, spec, lr: float, num_updates: int
     c.ent_coef, c.anneal_lr, c.max_grad_norm = 0.0, False, 1.0
     if opt["critic"] == "gru":
       c.network.kind, c.network.gru_size = "gru", 64
-    elif opt["critic"] in _PPO_CRITIC_FIELD:
-      if not critic_available(opt["critic"]):
-        raise ConfigError(f"config.methods: {name!r} needs credit_jax/algos/ppo.py's "
-                          f"`critic` field (helper critic's branch), absent here")
-      c.critic = _PPO_CRITIC_FIELD[opt["critic"]]
+    elif opt["critic"] == "hist":
+      c.network.critic_kind, c.network.gru_size = "gru", 64
+    elif opt["critic"] == "oracle":
+      c.network.critic_kind, c.network.critic_oracle = "mlp", True
   c.env_name = "KeyChain-v0"
   c.env_kwargs = ml_collections.ConfigDict(
       {"horizon": int(horizon), "num_pivotal": int(spec.num_pivotal),
