@@ -16,7 +16,9 @@ updates and `budget_env_steps` env steps per seed (the budget, stated in env ste
 `hold` updates (the updates it would still have taken change nothing it reports but the
 final success, which is then the success at the stop). A finished cell writes
 `cells/<method>_T<T>.json`; a rerun of the same command skips those (a killed run
-resumes at the first unfinished cell; a cell is not resumed mid-way).
+resumes at the first unfinished cell; a cell is not resumed mid-way). With
+`skip_after_failure`, once no seed of a method reached the level at some T its larger T
+are not run (listed under "not run" in the summary).
 
 Success is the sampled policy's success on the update's own fresh episodes (the
 recipes' `success` metric: `episodes` episodes per seed and update). The update at which
@@ -77,6 +79,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.budget_updates = 150        # at most this many updates per seed and cell
   c.budget_env_steps = 20_000_000  # and at most this many env steps per seed and cell
   c.chunk_updates = 10          # updates per compiled call (one progress line each)
+  c.skip_after_failure = True   # skip a method's larger T once no seed reached the level
   c.lrs = ml_collections.ConfigDict(
       {"reinforce": 1e-2, "grpo": 3e-3, "ppo": 3e-3})  # lr per family (if not swept)
   c.lr_sweep = ml_collections.ConfigDict()
@@ -255,7 +258,14 @@ def choose_lrs(config, workdir: str, log) -> Dict[str, float]:
   chosen = {k: float(v) for k, v in config.lrs.items()}
   sweep, table = config.lr_sweep, {}
   values = [float(v) for v in sweep.candidates]
+  partial = os.path.join(workdir, "lr_sweep_partial.json")   # families swept so far
+  if os.path.exists(partial):
+    table = _read(partial)
   for fam, method in zip(sweep.families, sweep.methods):
+    if fam in table and table[fam]["lrs"] == values and table[fam]["method"] == method:
+      chosen[fam] = table[fam]["chosen"]
+      log(f"lr sweep {method}: done before, lr {chosen[fam]:g}")
+      continue
     t = int(sweep.horizon)
     cfg = horizon_methods.recipe_config(method, t, config, values[0], 1)
     out = train_cell(cfg, values, config, int(sweep.budget_updates), log,
@@ -271,6 +281,7 @@ def choose_lrs(config, workdir: str, log) -> Dict[str, float]:
                   "final_success": final.mean(axis=1).tolist(), "chosen": values[best]}
     log(f"lr sweep {method} T={t}: mean updates to {config.level:.0%} "
         f"{dict(zip(values, per_lr.round(1).tolist()))} -> lr {values[best]:g}")
+    _write(partial, table)
   saved = {"chosen": chosen, "sweep": table}
   _write(path, saved)
   return saved
@@ -331,9 +342,18 @@ def run(config, workdir: str, log=print) -> dict:
   lr_info = choose_lrs(config, workdir, log)
   lrs = lr_info["chosen"]
   cells: List[dict] = []
-  todo = [(m, int(t)) for t in config.horizons for m in config.methods]
+  skipped: Dict[str, dict] = {}
+  failed_at: Dict[str, int] = {}
+  todo = [(m, int(t)) for t in sorted(int(h) for h in config.horizons)
+          for m in config.methods]
   for i, (method, t) in enumerate(todo):
     path = os.path.join(workdir, "cells", f"{method}_T{t}.json")
+    if method in failed_at and config.skip_after_failure:
+      skipped.setdefault(method, {"failed_at": failed_at[method], "horizons": []})
+      skipped[method]["horizons"].append(t)
+      log(f"cell {i + 1}/{len(todo)} {method} T={t}: not run, no seed reached "
+          f"{config.level:.0%} at T={failed_at[method]}")
+      continue
     budget = cell_budget(config, t)
     fam = horizon_methods.parse(method)[0]
     if os.path.exists(path):
@@ -344,6 +364,8 @@ def run(config, workdir: str, log=print) -> dict:
       if same:
         log(f"cell {i + 1}/{len(todo)} {method} T={t}: finished before, skipped")
         cells.append(saved)
+        if all(saved["censored"]):
+          failed_at[method] = t
         continue
       log(f"cell {i + 1}/{len(todo)} {method} T={t}: the saved cell has another budget, "
           f"lr, seed count or batch; run again")
@@ -353,11 +375,14 @@ def run(config, workdir: str, log=print) -> dict:
     res = cell_result(method, t, out, config, budget)
     _write(path, res)
     cells.append(res)
+    if all(res["censored"]):
+      failed_at[method] = t
     log(f"cell {i + 1}/{len(todo)} {method} T={t} done: {sum(not c for c in res['censored'])}"
         f"/{config.seeds} seeds at {config.level:.0%}, final success "
         f"{np.mean(res['final_success']):.2f} | study {watch.seconds():.0f}s")
   transfer = run_transfer(config, lrs, workdir, log) if config.transfer.method else None
   summary = horizon_report.summarize(cells, transfer, lr_info, config)
+  summary["not_run"] = skipped
   summary["wall_seconds"] = watch.seconds()
   summary["load_average"] = list(os.getloadavg())
   horizon_report.write_results(cells, config, workdir)

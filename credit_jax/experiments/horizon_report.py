@@ -218,6 +218,9 @@ def markdown(summary: dict, config) -> str:
     rows.append([m, r["largest_T_solved"] or "none", slope])
   lines += report.table(["method", f"largest T with all seeds at {level}",
                          "log-log slope of updates to level vs T (95%)"], rows)
+  for m, r in summary.get("not_run", {}).items():
+    lines.append(f"- {m}: T = {', '.join(str(t) for t in r['horizons'])} not run (no "
+                 f"seed reached {level} at T = {r['failed_at']}).")
   lines += ["", "## Learning rates", ""]
   lri = summary["learning_rates"]
   lines.append("Chosen per family: " + ", ".join(f"{k} {v:g}" for k, v in
