@@ -10,8 +10,10 @@ Variants:
       (1, 1) and (0.99, 0.95); learning rates fixed (the values `:full`'s sweep chose);
       the short-stage remedy trained at T = 30 and run at T = 1000 and 10^4.
   "full": 8 seeds, T in {10, 30, 100, 300, 1000, 3000}, PPO with gamma in {0.99,
-      0.999, 1} and lambda in {0.95, 1} (MLP critic) and the GRU actor-critic, a
-      learning-rate sweep per family at T = 100, the remedy run up to T = 10^4.
+      0.999, 1} and lambda in {0.95, 1} (MLP critic), the oracle-state critic, the
+      history (GRU) critic and the GRU actor-critic, a learning-rate sweep per family at
+      T = 100, the remedy run up to T = 10^4. GPU-sized: on 2 loaded CPU cores even a
+      4-seed subset of it takes over an hour (docs/horizon_study.md says what ran).
   "smoke": seconds; what the tests run.
 Every field is documented in credit_jax/experiments/horizon.py's default_config().
 """
@@ -29,7 +31,9 @@ def get_config(arg=None):
     c.methods = ("reinforce", "grpo_k8", "grpo_k32",
                  "ppo_mlp_g1_l1", "ppo_mlp_g1_l0.95", "ppo_mlp_g0.999_l1",
                  "ppo_mlp_g0.999_l0.95", "ppo_mlp_g0.99_l1", "ppo_mlp_g0.99_l0.95",
+                 "ppo_oracle_g1_l0.95", "ppo_oracle_g0.99_l0.95", "ppo_hist_g1_l0.95",
                  "ppo_gru_g1_l1")
+    c.lr_sweep.candidates = (1e-3, 3e-3, 1e-2, 3e-2)
     c.budget_updates = 200
     c.lr_sweep.families = ("reinforce", "grpo", "ppo")
     c.lr_sweep.methods = ("reinforce", "grpo_k8", "ppo_mlp_g1_l1")
