@@ -33,8 +33,10 @@ with gamma < 1 it targets a discounted objective and is biased against grad J ev
 
 Everything is pure and jittable: `make_measure(...)` returns
 `measure(actor_params, critic_params, key, gamma, gae_lambda) -> {name: []}`, which a
-training loop calls at checkpoints (`ppo_critics.make_ppo_measure` builds it for a PPO
-config).
+training loop calls at checkpoints. For PPO, `ppo_critics.make_ppo_measure(config)`
+builds `measure(params, key, gamma, gae_lambda)` on PPO's own parameters, and the config
+field `gae_gradient_every = N > 0` makes PPO's `run` report it every N updates as metrics
+`gae_grad_<name>` (`MeasuredTrain`).
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from credit_jax import diagnostics, networks, rollout
+from credit_jax.algos import common
 from credit_jax.envs.keychain import KeyChain, KeyChainState
 from credit_jax.types import PresampledPolicy
 
@@ -200,3 +203,63 @@ def make_measure(env, env_params, logits_fn: LogitsFn, value_fn: ValueFn,
             "success": success}
 
   return measure
+
+
+# ---------------------------------------------------------------------------------------
+# At checkpoints of a training run.
+
+METRIC_PREFIX = "gae_grad_"
+
+
+class MeasuredTrain(common.Train):
+  """A `Train` whose `run` also reports a measurement every `every` updates.
+
+  `run(state, hparams, U)` runs blocks of `every` updates; before each block,
+  `measure_fn(state, hparams) -> {name: []}` is evaluated at the block's first state
+  and reported as metric `METRIC_PREFIX + name` of the block's first update (NaN at the
+  other updates, and at the updates of a last partial block, which are not measured).
+  No `lax.cond`: under a vmap over seeds a cond becomes a select that would run the
+  measurement at every update. With `run` calls of a multiple of `every` updates (the
+  runner's chunks, `config.chunk_updates`) the measured updates are those with
+  `update % every == 0`, measured before that update learns. `update` (one step) is the
+  wrapped train's, without the measurement.
+  """
+
+  def __init__(self, train: common.Train, every: int, measure_fn):
+    super().__init__(config=train.config, init_fn=train._init_fn,  # pylint: disable=protected-access
+                     update_fn=train._update_fn,  # pylint: disable=protected-access
+                     default_hparams=train.default_hparams, num_updates=train.num_updates,
+                     env_steps_per_update=train.env_steps_per_update,
+                     headline=train.headline)
+    if int(every) < 1:
+      raise ValueError(f"every must be >= 1, got {every}")
+    self.every = int(every)
+    self._measure_fn = measure_fn
+
+  def run(self, state, hparams, num_updates):
+    hp = self._hparams(hparams)
+    blocks, tail = divmod(int(num_updates), self.every)
+    step = lambda s, _: self._update_fn(s, hp)
+
+    def nan_like(stats, length):
+      return {METRIC_PREFIX + k: jnp.full((length,), jnp.nan, jnp.float32)
+              for k in stats}
+
+    def block(s, _):
+      stats = self._measure_fn(s, hp)
+      s, metrics = jax.lax.scan(step, s, None, length=self.every)
+      pad = nan_like(stats, self.every)
+      metrics.update({METRIC_PREFIX + k: pad[METRIC_PREFIX + k].at[0].set(v)
+                      for k, v in stats.items()})
+      return s, metrics
+
+    shapes = jax.eval_shape(self._measure_fn, state, hp)
+    parts = []
+    if blocks:
+      state, m = jax.lax.scan(block, state, None, length=blocks)
+      parts.append(jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), m))
+    if tail or not blocks:
+      state, m = jax.lax.scan(step, state, None, length=tail)
+      m.update(nan_like(shapes, tail))
+      parts.append(m)
+    return state, jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)

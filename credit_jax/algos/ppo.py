@@ -184,8 +184,8 @@ def make_train(config) -> common.Train:
   """`Train` for PPO on `config.env_name`; see `common.Train` for how to call it."""
   validate_config(config)
   if ppo_critics.separate_critic(config):
-    return ppo_critics.make_train(config, HPARAMS, num_updates(config),
-                                  advantages_with_boundaries)
+    return ppo_critics.with_gae_gradient(config, ppo_critics.make_train(
+        config, HPARAMS, num_updates(config), advantages_with_boundaries))
   if network_kind(config) != "mlp":
     return ppo_sequence.make_train(config, HPARAMS, num_updates(config))
   env, env_params = common.make_env(config)
@@ -255,8 +255,8 @@ def make_train(config) -> common.Train:
     return common.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=aux), metrics
 
-  return common.Train(
+  return ppo_critics.with_gae_gradient(config, common.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
       env_steps_per_update=batch,
-      headline=("success", "return") if with_success else ("return", "entropy"))
+      headline=("success", "return") if with_success else ("return", "entropy")))

@@ -39,7 +39,7 @@ import ml_collections
 import numpy as np
 from gymnax.environments import environment, spaces
 
-from credit_jax import envs, networks, rollout
+from credit_jax import envs, gae_gradient, networks, rollout
 from credit_jax import sequence_networks as sn
 from credit_jax.algos import common, episodes, losses, ppo_sequence
 from credit_jax.types import PolicyState, PresampledPolicy, SequencePolicy
@@ -48,9 +48,12 @@ CRITIC_KINDS = ("same", "mlp", "gru", "transformer")
 
 
 def add_critic_fields(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Adds `network.critic_kind` ("same") and `network.critic_oracle` (False) to `c`."""
+  """Adds `network.critic_kind` ("same"), `network.critic_oracle` (False) and the GAE
+  gradient measurement's `gae_gradient_every` (0: off) and `gae_gradient_episodes` to `c`."""
   c.network.critic_kind = "same"     # same (network.kind's value head) | mlp | gru | transformer
   c.network.critic_oracle = False    # critic also sees env.oracle_feature(state); actor never
+  c.gae_gradient_every = 0           # >0: every N updates, metrics gae_grad_* (KeyChain, MLP actor)
+  c.gae_gradient_episodes = 64       # fresh episodes per gae_grad measurement
   return c
 
 
@@ -78,6 +81,7 @@ def validate_fields(config) -> None:
   oracle = config.network.get("critic_oracle", False)
   req(isinstance(oracle, (bool, np.bool_)), "network.critic_oracle",
       f"must be True or False, got {oracle!r}")
+  _validate_measure(config)
   if not separate_critic(config):
     return
   if "sequence" in _layout(config):
@@ -93,6 +97,32 @@ def validate_fields(config) -> None:
     req(callable(getattr(env, "oracle_feature", None)), "network.critic_oracle",
         f"{config.env_name} has no oracle_feature(state) for an oracle-state critic "
         f"(KeyChain-v0 has one)")
+
+
+def _validate_measure(config) -> None:
+  req = common.require
+  every = int(config.get("gae_gradient_every", 0) or 0)
+  req(every >= 0, "gae_gradient_every", f"must be >= 0 (0: off), got {every}")
+  if not every:
+    return
+  req(int(config.get("gae_gradient_episodes", 64)) >= 2, "gae_gradient_episodes",
+      f"must be >= 2, got {config.get('gae_gradient_episodes')}")
+  req(int(config.chunk_updates) % every == 0, "gae_gradient_every",
+      f"must divide chunk_updates={config.chunk_updates} (measured at updates "
+      f"u % {every} == 0 of each compiled chunk)")
+  req(str(config.network.get("kind", "mlp")) == "mlp", "gae_gradient_every",
+      "the exact gradient needs an MLP actor (network.kind='mlp'), got "
+      f"{config.network.get('kind')!r}")
+  req(int(config.get("history_window", 0) or 0) == 0, "gae_gradient_every",
+      "the exact gradient needs history_window=0 (an actor on the current observation)")
+  req(int(config.get("retry_attempts", 0) or 0) == 0, "gae_gradient_every",
+      "the exact gradient needs retry_attempts=0")
+  try:
+    env, env_params = envs.make(config.env_name,
+                                **dict(config.get("env_kwargs", {}) or {}))
+    gae_gradient.check_exact(gae_gradient.keychain_of(env), env_params)
+  except ValueError as e:
+    req(False, "gae_gradient_every", str(e))
 
 
 def _layout(config) -> str:
@@ -413,3 +443,60 @@ def make_train(config, hparam_names, n_updates: int, advantages_fn) -> common.Tr
       default_hparams={k: config[k] for k in hparam_names}, num_updates=n_updates,
       env_steps_per_update=num_envs * num_steps,
       headline=("success", "return") if with_success else ("return", "entropy"))
+
+
+def make_ppo_measure(config):
+  """`measure(params, key, gamma, gae_lambda) -> {gae_gradient.STAT_NAMES: []}` on PPO's
+  parameters (`TrainState.params` of `ppo.make_train(config)`, one seed): the GAE policy
+  gradient under PPO's critic against KeyChain's exact gradient
+  (`gae_gradient.make_measure`, `config.gae_gradient_episodes` fresh episodes). Needs an
+  MLP actor on KeyChain-v0 with cue_delay 0 and no history window (ConfigError else)."""
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.gae_gradient_every = max(1, int(config.get("gae_gradient_every", 0) or 0))
+  config.chunk_updates = config.gae_gradient_every
+  _validate_measure(config)
+  episodes_n = int(config.get("gae_gradient_episodes", 64))
+  if not separate_critic(config):
+    env, env_params = common.make_env(config)
+    network, _ = common.make_network(config, env, env_params, value_head=True)
+    inner = gae_gradient.make_measure(
+        env, env_params, lambda p, o: network.apply(p, o)[0],
+        lambda p, traj: network.apply(p, traj.obs)[1], episodes_n)
+    return lambda params, key, gamma, lam: inner(params, params, key, gamma, lam)
+  env, env_params, num_oracle = make_env(config)
+  actor, critic, _ = make_parts(config, env, env_params, num_oracle)
+
+  def values(critic_params, traj):                                   # [T, N]
+    if not critic.sequential:
+      return critic.mlp_outputs(critic_params, traj.obs)[1]
+    n = traj.rewards.shape[1]
+    start = PolicyState(
+        carry=jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + x.shape),
+                           critic.initial_carry()),
+        prev_action=jnp.full((n,), -1, jnp.int32), prev_reward=jnp.zeros((n,), jnp.float32))
+    prev_a, prev_r, starts = rollout.sequence_inputs(traj, start)
+    batch_major = lambda x: jnp.swapaxes(x, 0, 1)
+    out = critic.window(critic_params, start.carry, batch_major(traj.obs),
+                        batch_major(prev_a), batch_major(prev_r), batch_major(starts))[1]
+    return batch_major(out)
+
+  inner = gae_gradient.make_measure(
+      env, env_params, lambda p, o: actor.module.apply(p, o)[0], values, episodes_n)
+  return lambda params, key, gamma, lam: inner(params["actor"], params["critic"], key,
+                                              gamma, lam)
+
+
+def with_gae_gradient(config, train: common.Train) -> common.Train:
+  """`train` itself when `config.gae_gradient_every` is 0 (absent); else a
+  `gae_gradient.MeasuredTrain` reporting `make_ppo_measure(config)` every N updates, at
+  the state's parameters, with a key folded from the state's (training draws unchanged)."""
+  every = int(config.get("gae_gradient_every", 0) or 0)
+  if not every:
+    return train
+  measure = make_ppo_measure(config)
+
+  def measure_state(state, hp):
+    key = jax.random.fold_in(state.key, 0x6AE)
+    return measure(state.params, key, hp["gamma"], hp["gae_lambda"])
+
+  return gae_gradient.MeasuredTrain(train, every, measure_state)
