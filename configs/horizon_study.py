@@ -34,6 +34,7 @@ def get_config(arg=None):
                  "ppo_oracle_g1_l0.95", "ppo_oracle_g0.99_l0.95", "ppo_hist_g1_l0.95",
                  "ppo_gru_g1_l1")
     c.lr_sweep.candidates = (1e-3, 3e-3, 1e-2, 3e-2)
+    c.gae_gradient_every = 10
     c.budget_updates = 200
     c.lr_sweep.families = ("reinforce", "grpo", "ppo")
     c.lr_sweep.methods = ("reinforce", "grpo_k8", "ppo_mlp_g1_l1")

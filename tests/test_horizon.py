@@ -190,3 +190,22 @@ def test_end_to_end_files_and_consistency(resumed_run):
     assert 0.0 <= r["success"][0] <= 1.0
   with open(os.path.join(workdir, "summary.md")) as f:
     assert f.read().startswith("# Horizon study")
+
+
+def test_ppo_cell_records_the_gae_gradient_measurement():
+  config = study_config("smoke")
+  config.chunk_updates, config.gae_gradient_every = 2, 2
+  cfg = horizon_methods.recipe_config("ppo_oracle_g1_l0.95", 4, config, 1e-2, 2)
+  assert horizon_methods.measures_gae("ppo_oracle_g1_l0.95")
+  assert not horizon_methods.measures_gae("ppo_gru_g1_l1")
+  cfg.gae_gradient_every = 2
+  out = horizon.train_cell(cfg, [1e-2], config, 2, lambda _: None, "t", False)
+  res = horizon.cell_result("ppo_oracle_g1_l0.95", 4, out, config, 2)
+  (u, vals), = res["gae_grad"]["gae_grad_cosine"]
+  assert u == 0 and len(vals) == config.seeds
+  assert all(-1.0 <= v <= 1.0 for v in vals)
+  g = horizon_report.gae_grad_summary(res)
+  assert g["bias"]["first_update"] == 0 and np.isfinite(g["bias"]["first"][0])
+  with pytest.raises(ConfigError, match="config.gae_gradient_every"):
+    config.gae_gradient_every = 3
+    horizon.validate_config(config)

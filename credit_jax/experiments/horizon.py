@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from credit_jax import networks, rollout
+from credit_jax import gae_gradient, networks, rollout
 from credit_jax.algos import ConfigError, common, make_train
 from credit_jax.algos import validate_config as validate_recipe
 from credit_jax.experiments import horizon_methods, horizon_report, report
@@ -80,6 +80,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.budget_env_steps = 20_000_000  # and at most this many env steps per seed and cell
   c.chunk_updates = 10          # updates per compiled call (one progress line each)
   c.skip_after_failure = True   # skip a method's larger T once no seed reached the level
+  c.gae_gradient_every = 0      # >0: PPO with an MLP actor measures its GAE gradient's
+                                # bias and cosine vs KeyChain's exact gradient every N
+                                # updates (credit_jax/gae_gradient.py); a divisor of chunk_updates
   c.lrs = ml_collections.ConfigDict(
       {"reinforce": 1e-2, "grpo": 3e-3, "ppo": 3e-3})  # lr per family (if not swept)
   c.lr_sweep = ml_collections.ConfigDict()
@@ -127,6 +130,10 @@ def validate_config(config) -> None:
       raise ConfigError(f"config.lr_sweep.methods: {m!r} is not of family {fam!r}")
   if sweep.families and (not sweep.candidates or any(float(v) <= 0 for v in sweep.candidates)):
     raise ConfigError("config.lr_sweep.candidates: need positive candidate rates")
+  every = int(config.gae_gradient_every)
+  if every < 0 or (every and int(config.chunk_updates) % every):
+    raise ConfigError(f"config.gae_gradient_every: must be 0 or a divisor of "
+                      f"chunk_updates={config.chunk_updates}, got {every}")
   if config.transfer.method:
     horizon_methods.parse(config.transfer.method)
     if not config.transfer.targets or int(config.transfer.eval_episodes) < 1:
@@ -194,10 +201,17 @@ def train_cell(cfg, lrs, config, max_updates: int, log: Callable, tag: str,
   compile_s = time.perf_counter() - t0
   per_update = train.env_steps_per_update
   success, run_s, level = [], 0.0, float(config.level)
+  measured = {}   # gae_grad_<name>: [(update, [n] values)] at the measured updates
   while len(success) < max_updates:
     t0 = time.perf_counter()
     state, m = program(state, hp)
-    s = np.asarray(jax.device_get(m["success"]), np.float64)              # [n, chunk]
+    m = jax.device_get(m)
+    s = np.asarray(m["success"], np.float64)                              # [n, chunk]
+    for name, v in m.items():
+      if name.startswith(gae_gradient.METRIC_PREFIX):
+        v = np.asarray(v, np.float64)
+        for j in np.flatnonzero(np.all(np.isfinite(v), axis=0)):
+          measured.setdefault(name, []).append((len(success) + int(j), v[:, j].tolist()))
     dt = time.perf_counter() - t0
     run_s += dt
     success.extend(s.T)
@@ -209,7 +223,8 @@ def train_cell(cfg, lrs, config, max_updates: int, log: Callable, tag: str,
     if stop_when_solved and len(recent) >= int(config.hold) and np.all(recent >= level):
       break
   return {"success": np.stack(success), "lr": lr, "env_steps_per_update": per_update,
-          "compile_s": compile_s, "run_s": run_s, "params": state.params}
+          "compile_s": compile_s, "run_s": run_s, "params": state.params,
+          "gae_grad": measured}
 
 
 def cell_budget(config, horizon: int) -> int:
@@ -233,7 +248,8 @@ def cell_result(method: str, horizon: int, out: dict, config, budget: int) -> di
           "updates_to_level": updates.tolist(), "censored": censored.tolist(),
           "env_steps_to_level": (updates * per).tolist(),
           "final_success": np.mean(out["success"][-int(config.smooth):], axis=0).tolist(),
-          "compile_s": out["compile_s"], "run_s": out["run_s"]}
+          "compile_s": out["compile_s"], "run_s": out["run_s"],
+          "gae_grad": out.get("gae_grad", {})}
 
 
 def _read(path):
@@ -370,6 +386,8 @@ def run(config, workdir: str, log=print) -> dict:
       log(f"cell {i + 1}/{len(todo)} {method} T={t}: the saved cell has another budget, "
           f"lr, seed count or batch; run again")
     cfg = horizon_methods.recipe_config(method, t, config, lrs[fam], budget)
+    if int(config.gae_gradient_every) and horizon_methods.measures_gae(method):
+      cfg.gae_gradient_every = int(config.gae_gradient_every)
     out = train_cell(cfg, [lrs[fam]], config, budget, log,
                      f"cell {i + 1}/{len(todo)} {method} T={t}", bool(config.stop_when_solved))
     res = cell_result(method, t, out, config, budget)

@@ -113,3 +113,9 @@ def recipe_config(name: str, horizon: int, spec, lr: float, num_updates: int
   c.chunk_updates = int(spec.chunk_updates)
   c.checkpoint_every = 0
   return c
+
+
+def measures_gae(name: str) -> bool:
+  """Whether method `name` can report the GAE-gradient measurement (PPO, MLP actor)."""
+  family, opt = parse(name)
+  return family == "ppo" and opt["critic"] != "gru"

@@ -51,6 +51,22 @@ def slope_interval(horizons: Sequence[float], updates: Sequence[float]) -> dict:
   return out
 
 
+GAE_STATS = ("bias", "cosine", "variance_along", "variance")
+
+
+def gae_grad_summary(cell: dict) -> dict:
+  """Seed mean and 95% interval of the GAE-gradient measurement at a cell's first and
+  last measured update (`{}` when the cell measured nothing)."""
+  out = {}
+  for stat in GAE_STATS:
+    points = cell.get("gae_grad", {}).get("gae_grad_" + stat)
+    if points:
+      (u0, first), (u1, last) = points[0], points[-1]
+      out[stat] = {"first_update": int(u0), "first": ci(first),
+                   "last_update": int(u1), "last": ci(last)}
+  return out
+
+
 def summarize(cells: List[dict], transfer: Optional[dict], lr_info: dict, config) -> dict:
   """The summary dict: per cell statistics, per method largest T solved and slope."""
   rows, methods = {}, {}
@@ -63,7 +79,7 @@ def summarize(cells: List[dict], transfer: Optional[dict], lr_info: dict, config
         "censored": bool(cen.any()), "final_success": ci(c["final_success"]),
         "budget_updates": c["budget_updates"], "budget_env_steps": c["budget_env_steps"],
         "updates_run": c["updates_run"], "lr": c["lr"],
-        "wall_s": c["compile_s"] + c["run_s"]}
+        "wall_s": c["compile_s"] + c["run_s"], "gae_grad": gae_grad_summary(c)}
   for m, per_t in rows.items():
     solved = [int(t) for t, r in per_t.items() if r["reached"] == r["seeds"]]
     xs, ys = [], []
@@ -230,6 +246,20 @@ def markdown(summary: dict, config) -> str:
                  f"to {level} " + ", ".join(f"lr {a:g}: {b:.1f}" for a, b in
                                             zip(s["lrs"], s["mean_updates_to_level"]))
                  + f" -> {s['chosen']:g}")
+  gae_rows = []
+  for m, per_t in summary["cells"].items():
+    for t, r in per_t.items():
+      g = r.get("gae_grad") or {}
+      if "bias" in g:
+        gae_rows.append([m, t, f"{g['bias']['first_update']} / {g['bias']['last_update']}",
+                         _fmt(g["bias"]["first"]), _fmt(g["bias"]["last"]),
+                         _fmt(g["cosine"]["first"]), _fmt(g["cosine"]["last"])])
+  if gae_rows:
+    lines += ["", "## GAE gradient vs KeyChain's exact gradient, under the trained critic",
+              "", "Relative bias ||E g - grad J|| / ||grad J|| and cosine, at the first "
+              "and last measured update (credit_jax/gae_gradient.py).", ""]
+    lines += report.table(["method", "T", "updates", "bias first", "bias last",
+                           "cosine first", "cosine last"], gae_rows)
   lines += ["", "## Cells", "", "![success](success_vs_steps.png)", "",
             "![steps](steps_to_level.png)", ""]
   lines += ["(full table: results.md; per seed: results.csv)", ""]
