@@ -18,7 +18,8 @@ final success, which is then the success at the stop). A finished cell writes
 `cells/<method>_T<T>.json`; a rerun of the same command skips those (a killed run
 resumes at the first unfinished cell; a cell is not resumed mid-way). With
 `skip_after_failure`, once no seed of a method reached the level at some T its larger T
-are not run (listed under "not run" in the summary).
+are not run (listed under "not run" in the summary). `new_cells=False` trains nothing
+but the transfer part and tabulates the cells saved so far (the rest listed as missing).
 
 Success is the sampled policy's success on the update's own fresh episodes (the
 recipes' `success` metric: `episodes` episodes per seed and update). The update at which
@@ -80,6 +81,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.budget_env_steps = 20_000_000  # and at most this many env steps per seed and cell
   c.chunk_updates = 10          # updates per compiled call (one progress line each)
   c.skip_after_failure = True   # skip a method's larger T once no seed reached the level
+  c.new_cells = True            # False: train no (method, T) cell, tabulate the saved ones
   c.gae_gradient_every = 0      # >0: PPO with an MLP actor measures its GAE gradient's
                                 # bias and cosine vs KeyChain's exact gradient every N
                                 # updates (credit_jax/gae_gradient.py); a divisor of chunk_updates
@@ -360,6 +362,7 @@ def run(config, workdir: str, log=print) -> dict:
   cells: List[dict] = []
   skipped: Dict[str, dict] = {}
   failed_at: Dict[str, int] = {}
+  missing: List[dict] = []
   todo = [(m, int(t)) for t in sorted(int(h) for h in config.horizons)
           for m in config.methods]
   for i, (method, t) in enumerate(todo):
@@ -385,6 +388,10 @@ def run(config, workdir: str, log=print) -> dict:
         continue
       log(f"cell {i + 1}/{len(todo)} {method} T={t}: the saved cell has another budget, "
           f"lr, seed count or batch; run again")
+    if not config.new_cells:
+      missing.append({"method": method, "horizon": t})
+      log(f"cell {i + 1}/{len(todo)} {method} T={t}: not run (new_cells=False)")
+      continue
     cfg = horizon_methods.recipe_config(method, t, config, lrs[fam], budget)
     if int(config.gae_gradient_every) and horizon_methods.measures_gae(method):
       cfg.gae_gradient_every = int(config.gae_gradient_every)
@@ -401,6 +408,7 @@ def run(config, workdir: str, log=print) -> dict:
   transfer = run_transfer(config, lrs, workdir, log) if config.transfer.method else None
   summary = horizon_report.summarize(cells, transfer, lr_info, config)
   summary["not_run"] = skipped
+  summary["missing"] = missing
   summary["wall_seconds"] = watch.seconds()
   summary["load_average"] = list(os.getloadavg())
   horizon_report.write_results(cells, config, workdir)

@@ -237,6 +237,9 @@ def markdown(summary: dict, config) -> str:
   for m, r in summary.get("not_run", {}).items():
     lines.append(f"- {m}: T = {', '.join(str(t) for t in r['horizons'])} not run (no "
                  f"seed reached {level} at T = {r['failed_at']}).")
+  if summary.get("missing"):
+    lines.append("- Not run in this workdir (new_cells=False): " + ", ".join(
+        f"{r['method']} T={r['horizon']}" for r in summary["missing"]) + ".")
   lines += ["", "## Learning rates", ""]
   lri = summary["learning_rates"]
   lines.append("Chosen per family: " + ", ".join(f"{k} {v:g}" for k, v in
