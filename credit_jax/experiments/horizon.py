@@ -410,6 +410,7 @@ def run(config, workdir: str, log=print) -> dict:
   summary["not_run"] = skipped
   summary["missing"] = missing
   summary["wall_seconds"] = watch.seconds()
+  summary["cells_wall_seconds"] = float(sum(c["compile_s"] + c["run_s"] for c in cells))
   summary["load_average"] = list(os.getloadavg())
   horizon_report.write_results(cells, config, workdir)
   horizon_report.figures(cells, config, workdir)

@@ -281,5 +281,7 @@ def markdown(summary: dict, config) -> str:
     lines.append("")
   lines.append(f"Load average at the end (1, 5, 15 min): "
                + ", ".join(f"{x:.1f}" for x in summary.get("load_average", [])) + ".")
+  lines.append("Compile + run seconds of the cells tabulated here, summed (they may "
+               f"come from earlier runs of the workdir): {summary.get('cells_wall_seconds', 0):.0f} s.")
   lines.append(report.wall_time(summary.get("wall_seconds", 0.0)))
   return "\n".join(lines)
