@@ -137,6 +137,7 @@ def resumed_run(tmp_path_factory):
   """The smoke study killed once its first cell is written, then rerun to the end."""
   workdir = str(tmp_path_factory.mktemp("horizon"))
   config = study_config("smoke")
+  config.skip_after_failure = False   # run both cells even if the first reaches nothing
   first_lines = []
 
   def killing_log(line):
