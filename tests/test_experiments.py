@@ -244,6 +244,9 @@ SCRIPT_RUNS = {
     "hindsight": ("small", ["--config.parts=a", "--config.bitflip_bits=(2,)",
                             "--config.cycles_per_bit=1", "--config.seeds=1",
                             "--config.dqn.grad_steps=1"], ["bitflip.png"]),
+    "horizon_study": ("smoke", ["--config.horizons=(4,)", "--config.lr_sweep.families=()",
+                                "--config.lr_sweep.methods=()", "--config.transfer.method="],
+                      ["success_vs_steps.png", "steps_to_level.png"]),
 }
 
 
