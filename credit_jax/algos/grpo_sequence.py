@@ -134,13 +134,17 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
     prev_a, prev_r, starts = rollout.sequence_inputs(traj, start)
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
     scores, prm_metrics = returns, {}
-    if shaper is not None:   # PRM shaping (prm.py): outcome_w * outcome + w * agg PRM
-      scores, aux, prm_metrics = shaper.shape(aux, traj, returns, hp,
-                                              jax.random.fold_in(k_perm, 1), state.update)
+    prm_bonus = None
+    if shaper is not None:   # PRM shaping (prm.py), as in grpo.py: scores and a step bonus
+      scores, aux, prm_metrics, prm_bonus = shaper.shape(
+          aux, traj, returns, hp, jax.random.fold_in(k_perm, 2), state.update)
     adv, degenerate = cj.group_advantages(scores, kind=kind)           # [N, K], [N]
+    step_adv = jnp.broadcast_to(adv[None], valid.shape)                # [T, N, K]
+    if prm_bonus is not None:   # the "step" form's per-step credit
+      step_adv = step_adv + prm_bonus
     data = {"obs": traj.obs, "prev_actions": prev_a, "prev_rewards": prev_r,
             "starts": starts, "actions": traj.actions, "log_probs": traj.log_probs,
-            "advantages": jnp.broadcast_to(adv[None], valid.shape), "valid": valid}
+            "advantages": step_adv, "valid": valid}
     lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
     ref_params = aux.get("ref_params")
     # Minibatches split the task axis (axis 1): every group, every episode stays whole.

@@ -209,11 +209,14 @@ def train_cell(cfg, lrs, config, max_updates: int, log: Callable, tag: str,
     state, m = program(state, hp)
     m = jax.device_get(m)
     s = np.asarray(m["success"], np.float64)                              # [n, chunk]
-    for name, v in m.items():
-      if name.startswith(gae_gradient.METRIC_PREFIX):
-        v = np.asarray(v, np.float64)
-        for j in np.flatnonzero(np.all(np.isfinite(v), axis=0)):
-          measured.setdefault(name, []).append((len(success) + int(j), v[:, j].tolist()))
+    flag = gae_gradient.METRIC_PREFIX + "measured"   # 1.0 at the updates measured
+    if flag in m:
+      cols = np.flatnonzero(np.asarray(m[flag], np.float64).max(axis=0) > 0)  # [chunk]
+      for name, v in m.items():
+        if name.startswith(gae_gradient.METRIC_PREFIX) and name != flag:
+          v = np.asarray(v, np.float64)                                   # [n, chunk]
+          for j in cols:
+            measured.setdefault(name, []).append((len(success) + int(j), v[:, j].tolist()))
     dt = time.perf_counter() - t0
     run_s += dt
     success.extend(s.T)
