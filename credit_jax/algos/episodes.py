@@ -105,3 +105,28 @@ def continuing_episode_success(rewards: Array, dones: Array, running_hits: Array
   hits = jnp.sum(jnp.logical_and(dones, ended > 0))
   success = jnp.where(count > 0, hits / jnp.maximum(count, 1), previous)
   return running_hits, success.astype(jnp.float32)
+
+
+def continuing_update(rewards: Array, dones: Array, aux: dict, with_success: bool
+                      ) -> Tuple[dict, dict]:
+  """PPO's per-update episode bookkeeping over a continuing rollout, in one place.
+
+  Args:
+    rewards: [T, B] rewards; dones: [T, B] bool (an episode ended at step t).
+    aux: the recipe's carry with `running_return [B]`, `last_return []` and, when
+      `with_success`, `running_hits [B]`, `last_success []`.
+
+  Returns:
+    `(metrics, carry)`: metrics `return`, `episodes` (and `success`), all `[]`; the carry's
+    new entries for the keys above.
+  """
+  running, mean_return, num_episodes = continuing_episode_stats(
+      rewards, dones, aux["running_return"], aux["last_return"])
+  metrics = {"return": mean_return, "episodes": num_episodes}
+  carry = {"running_return": running, "last_return": mean_return}
+  if with_success:
+    hits, success = continuing_episode_success(rewards, dones, aux["running_hits"],
+                                               aux["last_success"])
+    metrics["success"] = success
+    carry.update(running_hits=hits, last_success=success)
+  return metrics, carry

@@ -152,17 +152,13 @@ def make_train(config, hparam_names, n_updates: int) -> common.Train:
         lambda p, mb: _loss(network, clip_value, p, mb, hp), params, state.opt_state,
         data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=0, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
-    running, mean_return, num_episodes = episodes.continuing_episode_stats(
-        traj.rewards, traj.dones, aux["running_return"], aux["last_return"])
-    metrics.update({"return": mean_return, "episodes": num_episodes, "lr": lr,
-                    "value_mean": values.mean(), "advantage_std": advantages.std()})
+    # The sampled policy's episodes (and success), as PPO's MLP path reports them.
+    ep_metrics, ep_carry = episodes.continuing_update(traj.rewards, traj.dones, aux,
+                                                      with_success)
+    metrics.update({**ep_metrics, "lr": lr, "value_mean": values.mean(),
+                    "advantage_std": advantages.std()})
     new_aux = {"env_state": env_state, "obs": obs, "policy_state": policy_state,
-               "running_return": running, "last_return": mean_return}
-    if with_success:   # the sampled policy's episodes, as PPO's MLP path reports it
-      hits, success = episodes.continuing_episode_success(
-          traj.rewards, traj.dones, aux["running_hits"], aux["last_success"])
-      metrics["success"] = success
-      new_aux.update(running_hits=hits, last_success=success)
+               **ep_carry}
     return common.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=new_aux), metrics
 
