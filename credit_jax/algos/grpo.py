@@ -194,16 +194,8 @@ def make_train(config) -> common.Train:
                                   num_tasks, group, horizon)            # [T, N, K]
     valid = traj.valid
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
-    aux, prm_metrics = state.aux, {}
-    scores = returns
-    if shaper is not None:   # PRM shaping (prm.py): outcome_w * outcome + w * agg PRM
-      scores, aux, prm_metrics, prm_bonus = shaper.shape(
-          state.aux, traj, returns, hp, jax.random.fold_in(k_perm, 2), state.update,
-          state.params)
-    adv, degenerate = cj.group_advantages(scores, kind=kind)           # [N, K], [N]
-    step_adv = jnp.broadcast_to(adv[None], valid.shape)                # [T, N, K]
-    if shaper is not None:   # per-step PRM credit (form "step"; zeros otherwise)
-      step_adv = step_adv + prm_bonus
+    step_adv, degenerate, aux, prm_metrics = step_advantages(
+        shaper, kind, state.aux, traj, returns, hp, k_perm, state.update, state.params)
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "advantages": step_adv, "valid": valid}
     lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
@@ -214,18 +206,8 @@ def make_train(config) -> common.Train:
         lambda p, mb: loss_fn(p, mb, ref_params, hp), state.params, state.opt_state,
         data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
-    if with_success:
-      metrics["success"] = jnp.mean(
-          curriculum.episode_success(traj, returns).astype(jnp.float32))
-    if cur:  # curriculum hook: promotion / priorities, and the steps actually taken
-      aux = {**aux, "curriculum": cur.observe(aux["curriculum"], stage, metrics["success"])}
-      metrics.update(cur.metrics(aux["curriculum"], stage),
-                     env_steps=jnp.sum(valid).astype(jnp.float32))
-    metrics.update({
-        "lr": lr, "return": returns.mean(),
-        "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
-        "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean(),
-        **prm_metrics})
+    aux, metrics = update_metrics(metrics, aux, traj, returns, degenerate, lr, prm_metrics,
+                                  cur, stage if cur else None, with_success)
     return common.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=aux), metrics
 
@@ -235,3 +217,51 @@ def make_train(config) -> common.Train:
                        **(shaper.hparams if shaper is not None else {})}, num_updates=n_updates,
       env_steps_per_update=num_tasks * group * horizon,
       headline=(("success",) if with_success else ("return",)) + ("degenerate_frac",))
+
+
+def step_advantages(shaper, kind: str, aux, traj, returns, hp, k_perm, update,
+                    policy_params=None):
+  """GRPO's per-step advantages, PRM shaping included (shared by the sequence path).
+
+  Args:
+    shaper: `prm.make_shaper`'s shaper, or None (no shaping).
+    traj: the groups' trajectory, leaves `[T, N, K]`; returns: `[N, K]` episode returns.
+  Returns:
+    `(step_adv [T, N, K], degenerate [N], aux, prm_metrics)`: the group advantage of each
+    episode's score (outcome_w * outcome + w * aggregated PRM when shaped) at every step,
+    plus the "step" form's per-step PRM credit; the PRM's key is `fold_in(k_perm, 2)`.
+  """
+  if returns.shape != traj.valid.shape[1:]:
+    raise ValueError(f"returns must be [N, K] = {traj.valid.shape[1:]}, got {returns.shape}")
+  scores, prm_metrics, bonus = returns, {}, None
+  if shaper is not None:   # PRM shaping (prm.py): outcome_w * outcome + w * agg PRM
+    scores, aux, prm_metrics, bonus = shaper.shape(
+        aux, traj, returns, hp, jax.random.fold_in(k_perm, 2), update, policy_params)
+  adv, degenerate = cj.group_advantages(scores, kind=kind)             # [N, K], [N]
+  step_adv = jnp.broadcast_to(adv[None], traj.valid.shape)             # [T, N, K]
+  if bonus is not None:   # per-step PRM credit (form "step"; zeros otherwise)
+    step_adv = step_adv + bonus
+  return step_adv, degenerate, aux, prm_metrics
+
+
+def update_metrics(metrics, aux, traj, returns, degenerate, lr, prm_metrics, cur, stage,
+                   with_success: bool):
+  """GRPO's per-update metrics and curriculum step (shared by the sequence path).
+
+  `traj` leaves `[T, N, K]`, `returns [N, K]`, `degenerate [N]`; `cur` the curriculum (or
+  None) and `stage` this update's stage. Returns `(aux, metrics)`.
+  """
+  valid = traj.valid
+  if with_success:
+    metrics["success"] = jnp.mean(
+        curriculum.episode_success(traj, returns).astype(jnp.float32))
+  if cur:  # curriculum hook: promotion / priorities, and the steps actually taken
+    aux = {**aux, "curriculum": cur.observe(aux["curriculum"], stage, metrics["success"])}
+    metrics.update(cur.metrics(aux["curriculum"], stage),
+                   env_steps=jnp.sum(valid).astype(jnp.float32))
+  metrics.update({
+      "lr": lr, "return": returns.mean(),
+      "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
+      "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean(),
+      **prm_metrics})
+  return aux, metrics

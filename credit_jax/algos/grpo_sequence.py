@@ -31,7 +31,6 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-import credit_jax as cj
 from credit_jax import curriculum, prm, rollout
 from credit_jax import sequence_networks as sn
 from credit_jax.algos import common, ppo_sequence
@@ -90,6 +89,8 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
                static: tuple) -> common.Train:
   """`Train` for GRPO with a sequence network; `grpo.make_train` calls it (validated)
   with its loss (`grpo.surrogate_loss`) and static settings (`grpo.settings(config)`)."""
+  # grpo.py imports this module: its shared update pieces are reached at call time.
+  from credit_jax.algos import grpo  # pylint: disable=import-outside-toplevel
   # Curriculum hook (credit_jax/curriculum.py), as grpo.py: the env's episode length is
   # a traced param set per update.
   env, env_params = (curriculum.make_env(config) if curriculum.enabled(config)
@@ -133,15 +134,8 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
                         prev_reward=jnp.zeros((num_tasks, group), jnp.float32))
     prev_a, prev_r, starts = rollout.sequence_inputs(traj, start)
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
-    scores, prm_metrics = returns, {}
-    prm_bonus = None
-    if shaper is not None:   # PRM shaping (prm.py), as in grpo.py: scores and a step bonus
-      scores, aux, prm_metrics, prm_bonus = shaper.shape(
-          aux, traj, returns, hp, jax.random.fold_in(k_perm, 2), state.update)
-    adv, degenerate = cj.group_advantages(scores, kind=kind)           # [N, K], [N]
-    step_adv = jnp.broadcast_to(adv[None], valid.shape)                # [T, N, K]
-    if prm_bonus is not None:   # the "step" form's per-step credit
-      step_adv = step_adv + prm_bonus
+    step_adv, degenerate, aux, prm_metrics = grpo.step_advantages(
+        shaper, kind, aux, traj, returns, hp, k_perm, state.update)
     data = {"obs": traj.obs, "prev_actions": prev_a, "prev_rewards": prev_r,
             "starts": starts, "actions": traj.actions, "log_probs": traj.log_probs,
             "advantages": step_adv, "valid": valid}
@@ -152,18 +146,9 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
         lambda p, mb: loss_fn(p, mb, ref_params, hp), state.params, state.opt_state,
         data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
-    if with_success:
-      metrics["success"] = jnp.mean(
-          curriculum.episode_success(traj, returns).astype(jnp.float32))
-    if cur:  # curriculum hook: promotion / priorities, and the steps actually taken
-      aux = {**aux, "curriculum": cur.observe(aux["curriculum"], stage, metrics["success"])}
-      metrics.update(cur.metrics(aux["curriculum"], stage),
-                     env_steps=jnp.sum(valid).astype(jnp.float32))
-    metrics.update({
-        "lr": lr, "return": returns.mean(),
-        "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
-        "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean(),
-        **prm_metrics})
+    aux, metrics = grpo.update_metrics(metrics, aux, traj, returns, degenerate, lr,
+                                       prm_metrics, cur, stage if cur else None,
+                                       with_success)
     return common.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=aux), metrics
 
