@@ -146,7 +146,8 @@ def step_deltas(prm_probs, valid, starts=None, first_prev=None):
 
 def rerank(scores, success, n: int):
   """Best-of-n: the success `[B]` of the sample that `scores: [B, K]` ranks first among
-  the first `n` of each row's K samples (ties: the first); `success: [B, K]` in {0, 1}.
+  the first `n` of each row's K samples (ties: the first); `success: [B, K]` in {0, 1}
+  (or any per-sample value to read at the pick: its length, padding fraction, ...).
   Scores = the outcome gives the verifier's pick, constant scores a random one."""
   if scores.shape != success.shape or scores.ndim != 2 or not 1 <= n <= scores.shape[1]:
     raise ValueError(f"scores {scores.shape} / success {success.shape} must be one [B, K] "
