@@ -225,4 +225,3 @@ def test_ppo_with_disabled_prm_is_bit_for_bit_plain_ppo():
   assert set(m1) == set(m2)
   for k in m2:
     np.testing.assert_array_equal(np.asarray(m1[k]), np.asarray(m2[k]), err_msg=k)
-
