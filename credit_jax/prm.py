@@ -30,16 +30,25 @@ every `retrain_every` updates on the current policy's steps with `retrain_labels
 ("mc_hard" / "mc_soft": Monte-Carlo completions by the current policy from
 `retrain_mc_states` of its post-step states, restored from `info["post_state"]`).
 Reranking (`rerank`): best-of-N by PRM score, by the outcome verifier, or at random.
+
+Three modules, one namespace: `prm_labels.py` (demonstrator, frozen-episode rollouts,
+Monte-Carlo labels), `prm_model.py` (the network, its training loop, calibration) and this
+one (config, shaping hooks, reranking, compounding), which re-exports the other two, so
+`credit_jax.prm.<name>` reaches all of it.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, NamedTuple, Optional
+from typing import Callable, Dict, NamedTuple, Optional
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
-import optax
+
+# The labels and the model live in their own modules; their names are part of `prm`.
+from credit_jax.prm_labels import (analytic_uniform_success, demo_data, demo_policy,
+                                   mc_labels, policy_mc_labels, run_episodes,
+                                   uniform_policy)
+from credit_jax.prm_model import PRM, bce, evaluate, init_prm, train_prm
 
 LABELS = ("truth", "mc_hard", "mc_soft", "outcome")
 RETRAIN_LABELS = ("truth", "outcome", "mc_hard", "mc_soft")
@@ -87,180 +96,6 @@ def validate_config(prm_config, require: Callable) -> None:
   require(int(p.retrain_every) >= 0, "prm.retrain_every", "must be >= 0")
   for f in ("demo_correct", "demo_pad", "demo_style_good", "demo_style_bad"):
     require(0.0 <= p[f] <= 1.0, f"prm.{f}", f"must be in [0, 1], got {p[f]}")
-
-
-class PRM(nn.Module):
-  """MLP: (obs [..., D], action [...] int) -> logit [...] of P(step is good)."""
-  num_actions: int
-  hidden_sizes: tuple = (32,)
-
-  @nn.compact
-  def __call__(self, obs, actions):
-    x = jnp.concatenate([obs, jax.nn.one_hot(actions, self.num_actions)], axis=-1)
-    for h in self.hidden_sizes:
-      x = nn.tanh(nn.Dense(h)(x))
-    return nn.Dense(1)(x)[..., 0]
-
-
-def init_prm(net: PRM, key, obs_dim: int):
-  return net.init(key, jnp.zeros((obs_dim,)), jnp.zeros((), jnp.int32))
-
-
-# ---------------------------------------------------------------------------- data
-def demo_policy(env, correct: float, pad: float, style_good: float, style_bad: float):
-  """A RunningSum demonstrator `(key, state) -> [] int32 action` (reads the true state)."""
-  m = env.modulus
-
-  def policy(key, state):
-    k_pad, k_ok, k_val, k_style = jax.random.split(key, 4)
-    right = env.correct_value(state)
-    value = jnp.where(jax.random.uniform(k_ok) < correct, right,
-                      jax.random.randint(k_val, (), 0, m))
-    is_pad = jax.random.uniform(k_pad) < pad
-    u = jnp.where(is_pad, m, value)
-    good = jnp.where(is_pad, state.claimed == state.true_sum, value == right)
-    style = jax.random.uniform(k_style) < jnp.where(good, style_good, style_bad)
-    return (style.astype(jnp.int32) * (m + 1) + u).astype(jnp.int32)
-  return policy
-
-
-def uniform_policy(num_actions: int):
-  """`(key, state) -> [] int32` uniform over actions (for the analytic MC check)."""
-  return lambda key, state: jax.random.randint(key, (), 0, num_actions)
-
-
-def run_episodes(env, env_params, policy, key, states, num_steps: int):
-  """Steps every state of `states` (leading axis B) `num_steps` times without reset.
-
-  A finished episode (terminated, or at the time limit) stays frozen. Returns a dict of
-  `[num_steps, B]` arrays (obs acted on, actions, valid, rewards, info entries), the
-  post-step states (leading axes `[num_steps, B]`) and `success: [B]` (reward > 0 seen).
-  """
-  def one(state, k):
-    done = jnp.logical_or(env.is_terminated(state, env_params),
-                          state.time >= env_params.max_steps_in_episode)
-    k_act, k_env = jax.random.split(k)
-    action = policy(k_act, state)
-    obs = env.get_obs(state)
-    _, nxt, reward, _, info = env.step_env(k_env, state, action, env_params)
-    nxt = jax.tree.map(lambda a, b: jnp.where(done, a, b), state, nxt)
-    valid = jnp.logical_not(done)
-    out = {"obs": obs, "actions": action, "valid": valid,
-           "rewards": jnp.where(valid, reward, 0.0), **info}
-    return nxt, (out, nxt)
-
-  def batched(state, k):
-    keys = jax.random.split(k, jax.tree.leaves(state)[0].shape[0])
-    return jax.vmap(one)(state, keys)
-
-  _, (out, post) = jax.lax.scan(batched, states, jax.random.split(key, num_steps))
-  out["success"] = jnp.any(out["rewards"] > 0, axis=0)
-  return out, post
-
-
-def mc_labels(env, env_params, policy, states, key, num_rollouts: int, num_steps: int,
-              step_rewards=None):
-  """Monte-Carlo step labels from post-step `states` (leading axis B).
-
-  Runs `num_rollouts` completions of `policy` from each state (a copy of it: the env
-  state is restored) for `num_steps` steps. A state whose episode already ended (the
-  step terminated it) is labelled by that step's reward, `step_rewards: [B]` (zeros when
-  None). Returns `(hard [B], soft [B])`: any completion succeeded; the fraction that did.
-  """
-  b = jax.tree.leaves(states)[0].shape[0]
-  rep = jax.tree.map(lambda x: jnp.repeat(x, num_rollouts, axis=0), states)
-  out, _ = run_episodes(env, env_params, policy, key, rep, num_steps)
-  wins = out["success"].reshape(b, num_rollouts).astype(jnp.float32)
-  ended = jax.vmap(lambda s: env.is_terminated(s, env_params))(states)
-  final = (jnp.zeros((b,)) if step_rewards is None else
-           (jnp.asarray(step_rewards) > 0).astype(jnp.float32))
-  hard = jnp.where(ended, final, jnp.max(wins, axis=1))
-  return hard, jnp.where(ended, final, jnp.mean(wins, axis=1))
-
-
-def demo_data(env, env_params, pc, key, num_episodes: int):
-  """Demonstrator steps with all four kinds of labels, flattened to `[S]` arrays."""
-  policy = demo_policy(env, pc.demo_correct, pc.demo_pad, pc.demo_style_good,
-                       pc.demo_style_bad)
-  k_reset, k_run, k_mc = jax.random.split(key, 3)
-  _, states = jax.vmap(env.reset_env, in_axes=(0, None))(
-      jax.random.split(k_reset, num_episodes), env_params)
-  horizon = int(env_params.max_steps_in_episode)
-  out, post = run_episodes(env, env_params, policy, k_run, states, horizon)
-  flat = lambda x: x.reshape((-1,) + x.shape[2:])
-  data = {k: flat(out[k]) for k in ("obs", "actions", "valid", "step_correct",
-                                    "padding", "surface")}
-  data["outcome"] = flat(jnp.broadcast_to(out["success"][None], out["valid"].shape)
-                         ).astype(jnp.float32)
-  if pc.labels in ("mc_hard", "mc_soft"):
-    hard, soft = mc_labels(env, env_params, policy, jax.tree.map(flat, post), k_mc,
-                           int(pc.mc_rollouts), horizon, flat(out["rewards"]))
-    data["mc_hard"], data["mc_soft"] = hard, soft
-  data["truth"] = data["step_correct"].astype(jnp.float32)
-  return data
-
-
-# ------------------------------------------------------------------------ training
-def bce(logits, labels):
-  """Binary cross-entropy with (possibly soft) labels; elementwise."""
-  return optax.sigmoid_binary_cross_entropy(logits, labels)
-
-
-def train_prm(net: PRM, params, data: Dict[str, jax.Array], labels: jax.Array, key,
-              num_steps: int, batch_size: int, lr: float):
-  """`num_steps` Adam steps on minibatches of the `[S]` steps in `data`.
-
-  Args:
-    data: `obs [S, D]`, `actions [S]`, `valid [S]` (weights: invalid steps ignored).
-    labels: [S] float32 in [0, 1].
-  Returns:
-    (params, losses [num_steps]).
-  """
-  n = labels.shape[0]
-  if data["obs"].shape[0] != n or data["actions"].shape != (n,):
-    raise ValueError(f"labels [S={n}] do not match obs {data['obs'].shape} / actions "
-                     f"{data['actions'].shape}")
-  opt = optax.adam(lr)
-  weights = data["valid"].astype(jnp.float32)
-
-  def loss_fn(p, idx):
-    logits = net.apply(p, data["obs"][idx], data["actions"][idx])
-    w = weights[idx]
-    return jnp.sum(bce(logits, labels[idx]) * w) / jnp.maximum(jnp.sum(w), 1.0)
-
-  def step(carry, k):
-    p, s = carry
-    idx = jax.random.randint(k, (batch_size,), 0, n)
-    loss, g = jax.value_and_grad(loss_fn)(p, idx)
-    upd, s = opt.update(g, s, p)
-    return (optax.apply_updates(p, upd), s), loss
-
-  (params, _), losses = jax.lax.scan(step, (params, opt.init(params)),
-                                     jax.random.split(key, num_steps))
-  return params, losses
-
-
-def evaluate(net: PRM, params, obs, actions, truth, valid, num_bins: int = 10):
-  """Held-out quality of a PRM against ground truth, over valid steps `[S]`.
-
-  Returns dict of []: `accuracy` (threshold 0.5), `bce`, `ece` (expected calibration
-  error over `num_bins` equal-width probability bins), `mean_prob`, `base_rate`.
-  """
-  if truth.shape != valid.shape or truth.ndim != 1:
-    raise ValueError(f"truth {truth.shape} and valid {valid.shape} must both be [S]")
-  logits = net.apply(params, obs, actions)
-  prob = jax.nn.sigmoid(logits)
-  w = valid.astype(jnp.float32)
-  tot = jnp.maximum(jnp.sum(w), 1.0)
-  truth = truth.astype(jnp.float32)
-  acc = jnp.sum(((prob > 0.5) == (truth > 0.5)) * w) / tot
-  bins = jnp.clip((prob * num_bins).astype(jnp.int32), 0, num_bins - 1)
-  onehot = jax.nn.one_hot(bins, num_bins) * w[:, None]
-  cnt = jnp.sum(onehot, 0)
-  gap = jnp.abs(jnp.sum(onehot * prob[:, None], 0) - jnp.sum(onehot * truth[:, None], 0))
-  return {"accuracy": acc, "bce": jnp.sum(bce(logits, truth) * w) / tot,
-          "ece": jnp.sum(gap) / tot, "mean_prob": jnp.sum(prob * w) / tot,
-          "base_rate": jnp.sum(truth * w) / tot, "bin_count": cnt}
 
 
 # ------------------------------------------------------------------------- shaping
@@ -311,7 +146,8 @@ def step_deltas(prm_probs, valid, starts=None, first_prev=None):
 
 def rerank(scores, success, n: int):
   """Best-of-n: the success `[B]` of the sample that `scores: [B, K]` ranks first among
-  the first `n` of each row's K samples (ties: the first); `success: [B, K]` in {0, 1}.
+  the first `n` of each row's K samples (ties: the first); `success: [B, K]` in {0, 1}
+  (or any per-sample value to read at the pick: its length, padding fraction, ...).
   Scores = the outcome gives the verifier's pick, constant scores a random one."""
   if scores.shape != success.shape or scores.ndim != 2 or not 1 <= n <= scores.shape[1]:
     raise ValueError(f"scores {scores.shape} / success {success.shape} must be one [B, K] "
@@ -341,34 +177,6 @@ def _metrics(probs, traj, valid):
           "surface_wrong_frac": jnp.sum(surface & ~correct) / jnp.maximum(
               jnp.sum(surface), 1.0),
           "prm_accuracy": mean((probs > 0.5) == correct)}
-
-
-def policy_mc_labels(env, env_params, network, policy_params, traj, valid, key,
-                     num_states: int, num_rollouts: int):
-  """Monte-Carlo labels of `num_states` steps drawn from the valid steps of `traj`.
-
-  The steps' post-step env states (`traj.info["post_state"]`, leading axes those of
-  `valid: [T, B...]`) are restored and `num_rollouts` completions of the policy
-  `network.apply(policy_params, obs)[0]` (logits) run from each to the time limit.
-  Returns `(data, hard [S], soft [S])`, `data` holding the drawn steps' `obs [S, D]`,
-  `actions [S]` and `valid [S]` for `train_prm`.
-  """
-  if "post_state" not in traj.info:
-    raise ValueError("traj.info lacks 'post_state' (RunningSum-v0 provides it)")
-  flat = lambda x: x.reshape((valid.size,) + x.shape[valid.ndim:])
-  k_idx, k_mc = jax.random.split(key)
-  idx = jax.random.categorical(k_idx, jnp.where(flat(valid), 0.0, -jnp.inf),
-                               shape=(int(num_states),))
-  states = jax.tree.map(lambda x: flat(x)[idx], traj.info["post_state"])
-
-  def policy(k, state):
-    logits = network.apply(policy_params, env.get_obs(state))[0]
-    return jax.random.categorical(k, logits).astype(jnp.int32)
-  hard, soft = mc_labels(env, env_params, policy, states, k_mc, int(num_rollouts),
-                         int(env_params.max_steps_in_episode), flat(traj.rewards)[idx])
-  data = {"obs": flat(traj.obs)[idx], "actions": flat(traj.actions)[idx],
-          "valid": jnp.ones(idx.shape, bool)}
-  return data, hard, soft
 
 
 def _retrainer(pc, net, env, env_params, network):
@@ -525,24 +333,8 @@ def compounding(per_step_correct, valid):
   return a, jnp.mean(whole.astype(jnp.float32))
 
 
-def analytic_uniform_success(remaining_terms: int, remaining_steps: int, modulus: int,
-                             claimed_right: bool) -> float:
-  """P(success) of the uniform policy on RunningSum from a state (for tests).
-
-  Each step is progress w.p. p = M / (M + 1); success needs the `n`-th progress step
-  within `r` steps and the last stated value right (1 / M); with n = 0, `claimed_right`.
-  """
-  n, r, m = remaining_terms, remaining_steps, modulus
-  if n == 0:
-    return float(claimed_right)
-  p = m / (m + 1)
-  from math import comb
-  reach = sum(comb(j - 1, n - 1) * p ** n * (1 - p) ** (j - n) for j in range(n, r + 1))
-  return float(reach / m)
-
-
-__all__ = ["PRM", "Shaper", "aggregate", "analytic_uniform_success", "compounding",
-           "default_config", "demo_data", "demo_policy", "evaluate", "make_shaper",
-           "make_step_shaper", "mc_labels", "policy_mc_labels", "rerank", "run_episodes",
-           "shaped_scores",
-           "step_deltas", "train_prm", "uniform_policy", "validate_config"]
+__all__ = ["PRM", "Shaper", "aggregate", "analytic_uniform_success", "bce", "compounding",
+           "default_config", "demo_data", "demo_policy", "evaluate", "init_prm",
+           "make_shaper", "make_step_shaper", "mc_labels", "policy_mc_labels", "rerank",
+           "run_episodes", "shaped_scores", "step_deltas", "train_prm", "uniform_policy",
+           "validate_config"]

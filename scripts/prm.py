@@ -1,9 +1,9 @@
 """Process reward models: dense PRM shaping, gaming, and mitigations (exercise 4).
 
-  python3 scripts/prm.py --config=configs/prm.py:small --workdir=/tmp/prm_s
+  python3 scripts/prm.py --config=configs/prm.py --workdir=/tmp/prm
 
-Writes prm_training.png, prm_labels.png, prm_compounding.png, summary.json and
-summary.md into --workdir. All logic lives in credit_jax/experiments/prm.py.
+Writes prm_training.png, prm_labels.png, prm_compounding.png, prm_rerank.png, prm_ppo.png,
+summary.json and summary.md into --workdir. All logic lives in credit_jax/experiments/prm.py.
 """
 from credit_jax.experiments import cli, prm
 

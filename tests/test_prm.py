@@ -40,9 +40,11 @@ def test_step_checker_matches_python_reference():
       assert int(got[k]) == int(v), (k, terms, pointer, claimed, true_sum, action)
 
 
-def test_episode_reward_and_info_match_python_simulation():
+@pytest.mark.parametrize("time_limit_terminates", [False, True])
+def test_episode_reward_and_info_match_python_simulation(time_limit_terminates):
   m, n, horizon = 3, 3, 6
-  env, params = cj.envs.make("RunningSum-v0", num_terms=n, modulus=m, horizon=horizon)
+  env, params = cj.envs.make("RunningSum-v0", num_terms=n, modulus=m, horizon=horizon,
+                             time_limit_terminates=time_limit_terminates)
   rng = np.random.default_rng(1)
   step = jax.jit(env.step)
   for ep in range(20):
@@ -58,10 +60,13 @@ def test_episode_reward_and_info_match_python_simulation():
       ptr, claimed, true_sum = ref["pointer"], ref["claimed"], ref["true_sum"]
       assert bool(info["step_correct"]) == ref["correct"]
       assert bool(info["padding"]) == ref["padding"]
-      done_ref = ptr >= n
-      assert bool(term) == done_ref
-      assert float(r) == float(done_ref and claimed == true_sum)
-      assert bool(trunc) == (not done_ref and t + 1 >= horizon)
+      answered, out_of_time = ptr >= n, t + 1 >= horizon
+      assert float(r) == float(answered and claimed == true_sum)
+      if time_limit_terminates:   # the time limit ends the episode as a termination
+        assert bool(term) == (answered or out_of_time) and not bool(trunc)
+      else:
+        assert bool(term) == answered
+        assert bool(trunc) == (not answered and out_of_time)
       if bool(term) or bool(trunc):
         break
 
@@ -170,13 +175,13 @@ def test_compounding_hand_case():
   assert float(whole) == pytest.approx(1 / 3)
 
 
-def _tiny_config():
+def _smoke_config():
   from configs import prm as prm_configs
-  return prm_configs.get_config("tiny").grpo
+  return prm_configs.get_config("smoke").grpo
 
 
 def test_grpo_with_prm_runs_jit_and_vmap_and_validates():
-  c = _tiny_config()
+  c = _smoke_config()
   train = cj.algos.make_train(c)
   assert {"prm_weight", "prm_outcome_weight"} <= set(train.default_hparams)
   _, m = jax.jit(train)(jax.random.PRNGKey(0))
@@ -206,13 +211,45 @@ def test_sum_form_shaping_learns_to_pad():
   assert float(m["success"][-3:].mean()) < float(m["success"][:3].mean())
 
 
-def test_experiment_tiny_writes_summary_and_figures(tmp_path):
+# The experiment's smoke run in two halves (each well under a minute; they run in
+# parallel under xdist): GRPO arms and best-of-N, then labels, compounding and PPO.
+def test_experiment_smoke_grpo_arms_and_rerank(tmp_path):
   from configs import prm as prm_configs
   from credit_jax.experiments import prm as prm_exp
-  summary = prm_exp.run(prm_configs.get_config("tiny"), str(tmp_path), log=lambda *_: None)
-  for f in ("prm_training.png", "prm_labels.png", "prm_compounding.png", "summary.md",
+  config = prm_configs.get_config("smoke")
+  config.parts = "AD"
+  summary = prm_exp.run(config, str(tmp_path), log=lambda *_: None)
+  for f in ("prm_training.png", "prm_rerank.png", "summary.md", "summary.json"):
+    assert (tmp_path / f).exists(), f
+  assert set(summary["final"]) == {a[0] for a in prm_exp.arms(config)}
+  assert summary["ppo"] == {} and summary["compounding"]["rows"] == []
+  # Part D: the verifier's pick succeeds at least as often as the random one, and the
+  # features read at the pick are fractions where they should be.
+  d = summary["rerank"]
+  assert d["verifier"]["mean"][-1] >= d["random"]["mean"][-1] - 1e-6
+  for r in d.values():
+    for f in ("success", "answered", "padding", "surface", "step_accuracy"):
+      assert all(0.0 <= x <= 1.0 for x in r["features"][f]["mean"]), f
+  config.parts = "D"   # part D reranks part A's policies
+  with pytest.raises(cj.algos.ConfigError, match="parts"):
+    prm_exp.validate_config(config)
+
+
+def test_experiment_smoke_labels_compounding_and_ppo(tmp_path):
+  from configs import prm as prm_configs
+  from credit_jax.experiments import prm as prm_exp
+  config = prm_configs.get_config("smoke")
+  config.parts = "BCE"
+  summary = prm_exp.run(config, str(tmp_path), log=lambda *_: None)
+  for f in ("prm_labels.png", "prm_compounding.png", "prm_ppo.png", "summary.md",
             "summary.json"):
     assert (tmp_path / f).exists(), f
-  assert set(summary["final"]) == {a[0] for a in prm_exp.arms(prm_configs.get_config("tiny"))}
+  assert summary["final"] == {} and not (tmp_path / "prm_training.png").exists()
   rows = summary["compounding"]["rows"]
   assert rows[0]["T"] == 1 and rows[0]["measured"] == pytest.approx(rows[0]["a"], abs=0.2)
+  assert set(summary["labels"]["kinds"]) == {"truth", "mc_hard", "mc_soft", "outcome"}
+  assert [r["N"] for r in summary["labels"]["mc"]] == list(config.mc_N)
+  # Part E: PPO outcome-only and per-step arms, each with a success curve per seed.
+  e = summary["ppo"]
+  assert list(e["final"]) == ["PPO outcome", "PPO step w=0.3 retrain truth"]
+  assert e["steps_per_update"] == 32 and e["budget_env_steps"] == 96

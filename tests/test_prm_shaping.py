@@ -85,13 +85,13 @@ def test_policy_mc_labels_match_analytic_uniform_success():
         max(want_hard * (1 - want_hard), 1e-12) / 500) + 1e-6
 
 
-def _tiny_grpo():
+def _smoke_grpo():
   from configs import prm as prm_configs
-  return prm_configs.get_config("tiny").grpo
+  return prm_configs.get_config("smoke").grpo
 
 
 def test_grpo_mc_retraining_relabels_with_the_current_policy():
-  c = _tiny_grpo()
+  c = _smoke_grpo()
   c.num_updates = 4
   c.prm.retrain_every = 2
   c.prm.retrain_labels = "mc_soft"
@@ -117,7 +117,7 @@ def test_grpo_mc_retraining_relabels_with_the_current_policy():
 
 
 def test_grpo_step_form_adds_per_step_credit():
-  c = _tiny_grpo()
+  c = _smoke_grpo()
   c.prm.form = "step"
   c.prm.weight = 0.3
   train = cj.algos.make_train(c)
@@ -152,6 +152,7 @@ def test_grpo_step_form_adds_per_step_credit():
 def _ppo_small():
   from configs import ppo_prm
   c = ppo_prm.get_config("small")
+  c.prm.retrain_labels = "mc_soft"   # PPO's Monte-Carlo retraining path
   c.num_envs, c.num_steps, c.num_minibatches = 4, 8, 2
   c.total_timesteps = 4 * 8 * 4     # 4 updates
   c.chunk_updates, c.checkpoint_every = 4, 4

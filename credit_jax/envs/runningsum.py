@@ -5,7 +5,12 @@ chain of steps; the i-th *progress* step states the partial sum `S_i = (x_1 + ..
 and the last one, `S_N`, is the final answer. The episode terminates when the N-th
 progress step is taken, with reward 1.0 iff that final answer is right (0.0 otherwise);
 `horizon` (T >= N, up to any length: 500 is fine) is a time limit: an episode that has not
-answered by then is truncated with no reward.
+answered by then is truncated with no reward, or, with `time_limit_terminates=True`,
+terminated with no reward. The time is observed and nothing can be earned after the limit,
+so the limit is part of the task: an actor-critic that bootstraps at a truncation (PPO)
+bootstraps from the value of a state it never trains on (time = T), and padding until the
+limit collects that extrapolated value; `time_limit_terminates=True` is the right setting
+for it (the PRM experiment's part E).
 
 Actions (`A = 2 (M + 1)`), `a = style * (M + 1) + u`:
   `u < M`   progress step: "the next partial sum is u". It is right iff `u == S_i`.
@@ -85,11 +90,13 @@ class RunningSum(base.CreditEnv):
 
   deterministic_transitions = True  # step_env ignores its key
 
-  def __init__(self, num_terms: int = 4, modulus: int = 4, horizon: int = 16):
+  def __init__(self, num_terms: int = 4, modulus: int = 4, horizon: int = 16,
+               time_limit_terminates: bool = False):
     super().__init__()
     self.num_terms = base.check_int("num_terms", num_terms, minimum=1)
     self.modulus = base.check_int("modulus", modulus, minimum=2)
     self.horizon = base.check_int("horizon", horizon, minimum=self.num_terms)
+    self.time_limit_terminates = bool(time_limit_terminates)
     self.obs_shape = (2 * self.modulus + 2,)
 
   @property
@@ -121,14 +128,17 @@ class RunningSum(base.CreditEnv):
     state = state.replace(pointer=c["pointer"], claimed=c["claimed"],
                           true_sum=c["true_sum"], time=state.time + 1)
     terminated = self.is_terminated(state, params)
-    reward = jnp.logical_and(terminated, state.claimed == state.true_sum
-                             ).astype(jnp.float32)
+    answered = state.pointer >= self.num_terms
+    reward = jnp.logical_and(answered, state.claimed == state.true_sum).astype(jnp.float32)
     info = {"step_correct": c["correct"], "padding": c["padding"],
             "surface": c["surface"], "progress": c["progress"], "post_state": state}
     return self.get_obs(state), state, reward, terminated, info
 
   def is_terminated(self, state: RunningSumState, params: Any) -> jax.Array:
-    return state.pointer >= self.num_terms
+    answered = state.pointer >= self.num_terms
+    if not self.time_limit_terminates:
+      return answered
+    return jnp.logical_or(answered, state.time >= params.max_steps_in_episode)
 
   def get_obs(self, state: RunningSumState, params: Any = None, key: Any = None
               ) -> jax.Array:
