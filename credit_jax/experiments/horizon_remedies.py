@@ -85,7 +85,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.chunk_updates = 10          # updates per compiled call (one progress line each)
 
   c.relabel = ml_collections.ConfigDict()
-  c.relabel.horizons = (100, 300, 1000)  # episode lengths T (grid side T // cells_per_step)
+  c.relabel.horizons = (100, 300)  # episode lengths T (grid side T // cells_per_step)
   c.relabel.cells_per_step = 3  # T / grid side (3: GoalGrid's own limit, 3 * side)
   c.relabel.modes = ("none", "plain")  # grpo_hindsight modes: none = plain GRPO
   c.relabel.strategy = "final"  # relabeled goal: final | episode (credit_jax/hindsight.py)
@@ -93,7 +93,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.relabel.group_size = 8      # rollouts per task (K)
   c.relabel.lr = 3e-3           # learning rate (the hindsight experiment's sweep, GoalGrid)
   c.relabel.hidden_sizes = (64, 64)  # MLP widths
-  c.relabel.num_updates = 100   # updates per arm (at most)
+  c.relabel.num_updates = 50    # updates per arm (at most)
 
   c.search = ml_collections.ConfigDict()
   c.search.horizons = (100,)    # KeyChain episode lengths T
@@ -335,7 +335,10 @@ RUNNERS = {"relabel": run_relabel, "search": run_search, "curriculum": run_curri
 
 
 def _shared_settings(config, part) -> dict:
-  return {"part": config[part].to_dict(), "seeds": int(config.seeds), "seed": int(config.seed),
+  """What a saved (part, T) cell must share with the config to be reused (not the list
+  of horizons: a cell does not depend on the other T)."""
+  fields = {k: v for k, v in config[part].to_dict().items() if k != "horizons"}
+  return {"part": fields, "seeds": int(config.seeds), "seed": int(config.seed),
           "chunk_updates": int(config.chunk_updates), "hold": int(config.hold),
           "stop_when_solved": bool(config.stop_when_solved), "level": float(config.level)}
 
