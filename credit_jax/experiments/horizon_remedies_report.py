@@ -165,9 +165,13 @@ def markdown(summary: dict, config) -> str:
         if "search_share_of_env_steps" in s:
           note = f"search {s['search_share_of_env_steps']:.0%} of env steps"
         ratio = s["env_steps_to_level_ratio_to_grpo"]
+        base = cell["arms"].get("grpo") or next(iter(cell["arms"].values()))
+        bound = {(True, False): ">= ", (False, True): "<= "}.get(
+            (s["censored"], base["censored"]), "") if s is not base else ""
+        both = s["censored"] and base["censored"] and s is not base
         rows.append([t, a, f"{s['reached']}/{s['seeds']}",
                      _steps(s["env_steps_to_level"], s["censored"]),
-                     f"{ratio:.2f}" + (" (censored)" if s["censored"] else ""),
+                     "-" if both else f"{bound}{ratio:.2f}",
                      _fmt(s["updates_to_level"], s["censored"]),
                      f"{_fmt(s['success_at_equal_env_steps'])} @ "
                      f"{_steps([cell['budget_env_steps'], np.nan])}",
