@@ -13,7 +13,10 @@ and the time limit `params.max_steps_in_episode` (default 3 * size) truncates th
 episode.
 
 Observation (float32, `[2 * size * size]`): one-hot agent cell, then one-hot goal cell
-(the goal part). Goal API (see `goal.py`): the achieved goal is the agent's cell
+(the goal part). With `observation="coords"` it is `[4]` instead: agent (row, col), then
+goal (row, col), each scaled to [-1, 1] (`2 * v / (size - 1) - 1`), so a policy's input
+does not grow with the grid (the large grids of the horizon remedies,
+credit_jax/experiments/horizon_remedies.py). Goal API (see `goal.py`): the achieved goal is the agent's cell
 `[row, col]` int32 (at the episode's end, the cell it ends on); the goal is checked on
 every step.
 
@@ -54,8 +57,12 @@ class GoalGrid(goal.GoalEnvMixin, base.CreditEnv):
   """GoalGrid-v0. See the module docstring."""
 
   def __init__(self, size: int = 7,
-               targets: Sequence[Sequence[int]] | str | None = None):
+               targets: Sequence[Sequence[int]] | str | None = None,
+               observation: str = "onehot"):
     super().__init__()
+    if observation not in ("onehot", "coords"):
+      raise ValueError(f"observation must be 'onehot' or 'coords', got {observation!r}")
+    self.observation = observation
     # Cells are numbered in int32 and the limit is 3 * size steps.
     self.size = base.check_int("size", size, minimum=2, maximum=46340)
     if targets is None:
@@ -83,8 +90,8 @@ class GoalGrid(goal.GoalEnvMixin, base.CreditEnv):
     self._targets = jnp.asarray(cells, jnp.int32)
     self._moves = jnp.asarray(_MOVES)
     self.goal_shape = (2,)
-    self.goal_obs_size = self.size * self.size
-    self.obs_shape = (2 * self.size * self.size,)
+    self.goal_obs_size = 2 if observation == "coords" else self.size * self.size
+    self.obs_shape = (2 * self.goal_obs_size,)
 
   @property
   def name(self) -> str:
@@ -132,14 +139,17 @@ class GoalGrid(goal.GoalEnvMixin, base.CreditEnv):
 
   def get_obs(self, state: GoalGridState, params: Any = None, key: Any = None
               ) -> jax.Array:
-    """[2 * size**2] float32: one-hot agent cell, then one-hot goal cell."""
+    """[2 * goal_obs_size] float32: agent cell, then goal cell (`encode_goal` each)."""
     return jnp.concatenate([self.encode_goal(state.pos), self.encode_goal(state.goal)])
 
   def achieved_goal(self, state: GoalGridState) -> jax.Array:
     return state.pos
 
   def encode_goal(self, cell: jax.Array) -> jax.Array:
-    """cell: [..., 2] int (row, col) -> [..., size**2] float32 one-hot."""
+    """cell: [..., 2] int (row, col) -> [..., size**2] float32 one-hot, or with
+    `observation="coords"` [..., 2] float32 (row, col) scaled to [-1, 1]."""
+    if self.observation == "coords":
+      return 2.0 * jnp.asarray(cell).astype(jnp.float32) / (self.size - 1) - 1.0
     index = self._cell_index(jnp.asarray(cell))
     return (index[..., None] == jnp.arange(self.size * self.size)).astype(jnp.float32)
 
