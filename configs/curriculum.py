@@ -24,8 +24,8 @@ def get_config(arg=None):
     c.a.horizon, c.a.stages, c.a.num_updates = 12, (4, 12), 4
     c.a.methods = ("direct", "gated")
     c.b1.horizon, c.b1.cue_delays, c.b1.num_stages, c.b1.num_updates = 10, (3,), 2, 2
-    c.b1.methods = ("gated",)
-    c.b2.distractors, c.b2.num_updates, c.b2.methods = (6,), 2, ("direct",)
+    c.b1.methods = ("direct", "gated")
+    c.b2.distractors, c.b2.num_updates, c.b2.methods = (6,), 2, ("direct", "gated")
     c.c.size, c.c.horizon, c.c.segment_length, c.c.subgoal_stride = 5, 12, 4, 2
     c.c.num_updates, c.c.ppo_num_envs, c.c.ppo_num_steps = 2, 2, 12
   elif arg == "full":

@@ -181,11 +181,40 @@ def test_steps_to_level_success_at_and_ci95():
   np.testing.assert_allclose((mean, half), (2.0, 4.302653 / np.sqrt(3)), rtol=1e-6)
 
 
+def test_censoring_welch_mean_success_and_verdicts_by_hand():
+  from credit_jax.experiments import curriculum_analysis as ca
+  direct = {"env_steps": np.array([[100., 100.], [200., 200.]]),
+            "success": np.array([[0.0, 0.0], [0.5, 0.95]]), "compiles": 1}
+  gated = {"env_steps": np.array([[10., 20.], [50., 60.]]),
+           "success": np.array([[0.95, 0.5], [1.0, 1.0]]), "compiles": 1}
+  # direct seed 0 never reaches 90%: censored at its total 200 steps (a lower bound).
+  np.testing.assert_array_equal(ca.censored_steps(direct, 0.9), [200.0, 200.0])
+  v = ca.target_verdict({"direct": direct, "gated": gated}, 0.9)["gated"]
+  assert v["bound"] == "<=" and v["met"] and (v["reached"], v["baseline_reached"]) == (2, 1)
+  np.testing.assert_allclose(v["ratio"], 35.0 / 200.0)
+  # a method with a censored seed never meets the target, whatever its ratio.
+  gated["success"][1, 1] = 0.5
+  v = ca.target_verdict({"direct": direct, "gated": gated}, 0.9)["gated"]
+  assert v["bound"] == "?" and not v["met"]
+  # Welch: x = [1, 2, 3] vs a constant: df = 2, half = t(0.975, 2) sqrt(1/3).
+  diff, half = ca.welch([1.0, 2.0, 3.0], [1.0, 1.0, 1.0])
+  np.testing.assert_allclose((diff, half), (1.0, 4.302653 * np.sqrt(1.0 / 3.0)), rtol=1e-6)
+  # budgets 10, 20, 30: success_at gives 0.2, 0.2, 0.8.
+  one = {"env_steps": np.array([[10.0], [30.0]]), "success": np.array([[0.2], [0.8]])}
+  np.testing.assert_allclose(ca.mean_success(one, 10.0, 30.0, points=3), [0.4])
+  assert ca.budget_range({"d": direct, "g": gated}) == (100.0, 50.0)   # min over seeds
+  assert ca.stops_helping([(0.3, 0.1), (0.2, 0.25), (0.5, 0.1)], [0, 20, 40]) == 20
+  assert ca.stops_helping([(0.3, float("nan"))], [0]) == 0
+  assert ca.stops_helping([(0.3, 0.1), (0.5, 0.1)], [0, 20]) is None
+
+
 @pytest.mark.slow
 def test_curriculum_experiment_smoke(tmp_path):
   import importlib.util
+  import json
   import os
   from credit_jax.experiments import curriculum as exp
+  from credit_jax.experiments import report
   path = os.path.join(os.path.dirname(__file__), "..", "configs", "curriculum.py")
   spec = importlib.util.spec_from_file_location("curriculum_config", path)
   module = importlib.util.module_from_spec(spec)
@@ -201,7 +230,7 @@ def test_curriculum_experiment_smoke(tmp_path):
   assert all(r["compiles"] == 1 for r in rows.values())
   # (c): PPO's budget is the hierarchy's padded one (2 updates x 16 episodes x 12 steps);
   # the hierarchy and GRPO take at most that (episodes stop at the goal).
-  rows = summary["parts"]["c"]["GoalGrid 5x5 T=12"]
+  rows = summary["parts"]["c"]["GoalGrid 5x5 T=12 K=4"]
   assert set(rows) == {"hierarchy", "grpo", "ppo"}
   assert rows["ppo"]["final_env_steps"] == 2 * 16 * 12
   assert rows["hierarchy"]["final_env_steps"] <= 2 * 16 * 12
@@ -209,7 +238,34 @@ def test_curriculum_experiment_smoke(tmp_path):
   for name in ("curves_a.png", "curves_b1.png", "curves_b2.png", "summary.md",
                "metrics.jsonl"):
     assert (tmp_path / name).stat().st_size > 0
-  assert "solved" in summary
+  assert set(summary["solved"]) == {"direct", "gated"}
+  d = summary["derived"]
+  assert set(d["a"]["target"]["T=12"]["gated"]) >= {"ratio", "met", "bound", "reached"}
+  assert set(d["b1"]["stops_helping"]) == set(d["b2"]["stops_helping"]) == {"gated"}
+  assert set(d["c"]["advantage"]["GoalGrid 5x5 T=12 K=4"]) == {"hierarchy - grpo",
+                                                          "hierarchy - ppo"}
+  text = (tmp_path / "summary.md").read_text()
+  assert "Target at T=12" in text and "stops helping" in text
+  # Re-summarizing from metrics.jsonl alone gives the same tables and verdicts.
+  again = exp.resummarize(str(tmp_path), str(tmp_path / "again"))
+  dump = lambda s: json.dumps({k: s[k] for k in ("parts", "derived", "solved")},  # noqa: E731
+                              default=report._jsonable)  # pylint: disable=protected-access
+  assert dump(again) == dump(summary)
+
+
+def test_hierarchy_diagnostics_by_hand():
+  from credit_jax.experiments import curriculum_hierarchy as ch
+  assert ch.mean_shortest_path(2) == pytest.approx(4.0 / 3.0)   # 1, 1, 2 from each corner
+  assert ch.mean_shortest_path(3) == pytest.approx(18.0 / 8.0)  # 1,2,1,2,3,2,3,4 to (0, 0)
+  assert ch.parse_setting("GoalGrid 12x12 T=120 K=12") == (12, 12)
+  assert ch.parse_setting("GoalGrid 12x12 T=120") == (12, None)
+  h = {"env_steps": np.array([[10.0], [20.0], [30.0]]),
+       "success": np.array([[0.1], [0.5], [0.95]]),
+       "worker_success": np.array([[0.5], [0.92], [0.99]]),
+       "episode_length": np.array([[9.0], [7.0], [5.0]])}
+  w = ch.diagnostics({"hierarchy": h}, 3, 2, 0.9, last=2)
+  assert (w["worker_steps_to_level"][0], w["pair_steps_to_level"][0]) == (20.0, 30.0)
+  assert w["episode_length"]["hierarchy"][0] == 6.0 and w["segment_length"] == 2
 
 
 def test_ppo_blocks_weight_by_episodes():

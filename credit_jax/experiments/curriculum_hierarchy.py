@@ -81,8 +81,45 @@ def train_method(config, method: str, key):
     steps = np.asarray(m["env_steps"])
   else:
     steps = np.asarray(m["episode_length"]) * cfg.num_tasks * cfg.group_size
-  return {"env_steps": np.cumsum(steps, axis=1).T, "success": np.asarray(m["success"]).T,
-          "compiles": 1}
+  out = {"env_steps": np.cumsum(steps, axis=1).T, "success": np.asarray(m["success"]).T,
+         "episode_length": np.asarray(m["episode_length"]).T, "compiles": 1}
+  if method == "hierarchy":
+    out["worker_success"] = np.asarray(m["worker_success"]).T
+  return out
+
+
+def mean_shortest_path(size: int) -> float:
+  """The mean number of moves from GoalGrid-v0's start to its goal on a `size` grid
+  (goal uniform over the four corners, start uniform over the other cells): the credit
+  horizon an optimal flat policy faces, however long the step limit."""
+  last = size - 1
+  total, count = 0.0, 0
+  for gr, gc in ((0, 0), (0, last), (last, 0), (last, last)):
+    for r in range(size):
+      for c in range(size):
+        if (r, c) != (gr, gc):
+          total, count = total + abs(r - gr) + abs(c - gc), count + 1
+  return total / count
+
+
+def diagnostics(curves, size: int, segment_length: int, level: float,
+                last: int = 5) -> dict:
+  """Why the manager helps or not, from part (c)'s curves: the mean shortest path
+  (`mean_shortest_path`) against the segment length K; each method's mean episode
+  length over its `last` updates (t-interval over seeds); the hierarchy's env steps
+  until its worker reaches `level` of its subgoals (censored seeds counted apart) and
+  until the pair reaches `level` task success."""
+  from credit_jax.experiments import curriculum_analysis as ca  # pylint: disable=g-import-not-at-top
+  out = {"shortest_path": mean_shortest_path(size), "segment_length": segment_length,
+         "episode_length": {m: ca.ci95(np.mean(cv["episode_length"][-last:], axis=0))
+                            for m, cv in curves.items() if "episode_length" in cv}}
+  h = curves.get("hierarchy")
+  if h is not None and "worker_success" in h:
+    for name, key in (("worker", "worker_success"), ("pair", "success")):
+      st = ca.steps_to_level({"env_steps": h["env_steps"], "success": h[key]}, level)
+      out[f"{name}_steps_to_level"] = ca.ci95(st)
+      out[f"{name}_reached"] = int(np.isfinite(st).sum())
+  return out
 
 
 def ppo_blocks(m, steps_per_update: int, block_steps: int):
@@ -109,4 +146,16 @@ def part_c(config, key, log):
     log(f"(c) GoalGrid {c.size}x{c.size} T={c.horizon} {method}: final success "
         f"{cv['success'][-5:].mean():.2f} (last 5 updates) after "
         f"{cv['env_steps'][-1].mean():.3g} env steps")
-  return {f"GoalGrid {c.size}x{c.size} T={c.horizon}": curves}
+  return {setting_name(c): curves}
+
+
+def setting_name(c) -> str:
+  """Part (c)'s one setting, `config.c`'s task: "GoalGrid 12x12 T=120 K=12"."""
+  return f"GoalGrid {c.size}x{c.size} T={c.horizon} K={c.segment_length}"
+
+
+def parse_setting(setting: str) -> tuple:
+  """(size, segment length K) back from `setting_name`'s string (K None when absent)."""
+  words = setting.split()
+  k = int(words[3].split("=")[1]) if len(words) > 3 else None
+  return int(words[1].split("x")[0]), k
