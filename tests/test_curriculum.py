@@ -206,6 +206,8 @@ def test_censoring_welch_mean_success_and_verdicts_by_hand():
   assert ca.stops_helping([(0.3, 0.1), (0.2, 0.25), (0.5, 0.1)], [0, 20, 40]) == 20
   assert ca.stops_helping([(0.3, float("nan"))], [0]) == 0
   assert ca.stops_helping([(0.3, 0.1), (0.5, 0.1)], [0, 20]) is None
+  assert ca.stops_helping([(float("nan"), 0.1), (0.5, 0.1)], [0, 20]) is None
+  assert ca.stops_helping([(float("nan"), 0.1)], [0]) == "unmeasured"
 
 
 @pytest.mark.slow
@@ -227,7 +229,7 @@ def test_curriculum_experiment_smoke(tmp_path):
   # direct trains at T=12 from the start: 2 seeds x 4 updates x 16 episodes x 12 steps.
   assert rows["direct"]["final_env_steps"] == 4 * 16 * 12
   assert rows["gated"]["final_env_steps"] < rows["direct"]["final_env_steps"]
-  assert all(r["compiles"] == 1 for r in rows.values())
+  assert all(r["compiles"] == 2 for r in rows.values())   # training chunk, first eval
   # (c): PPO's budget is the hierarchy's padded one (2 updates x 16 episodes x 12 steps);
   # the hierarchy and GRPO take at most that (episodes stop at the goal).
   rows = summary["parts"]["c"]["GoalGrid 5x5 T=12 K=4"]
@@ -264,8 +266,21 @@ def test_hierarchy_diagnostics_by_hand():
        "worker_success": np.array([[0.5], [0.92], [0.99]]),
        "episode_length": np.array([[9.0], [7.0], [5.0]])}
   w = ch.diagnostics({"hierarchy": h}, 3, 2, 0.9, last=2)
-  assert (w["worker_steps_to_level"][0], w["pair_steps_to_level"][0]) == (20.0, 30.0)
+  w_h = w["hierarchies"]["hierarchy"]
+  assert (w_h["worker_steps_to_level"][0], w_h["pair_steps_to_level"][0]) == (20.0, 30.0)
   assert w["episode_length"]["hierarchy"][0] == 6.0 and w["segment_length"] == 2
+
+
+def test_hierarchy_at_another_segment_length_is_configured():
+  from credit_jax.experiments import curriculum as exp
+  from credit_jax.experiments import curriculum_hierarchy as ch
+  config = exp.default_config()
+  cfg = ch.method_config(config, "hierarchy K=4")
+  assert (cfg.segment_length, cfg.horizon, cfg.algo) == (4, 120, "hierarchy")
+  assert ch.method_config(config, "hierarchy").segment_length == 12
+  config.c.extra_segment_lengths = (7,)
+  with pytest.raises(ConfigError, match="extra_segment_lengths"):
+    exp.validate_config(config)
 
 
 def test_ppo_blocks_weight_by_episodes():

@@ -55,7 +55,7 @@ EXTRA_CURVES = ("train_success", "stage_value", "episode_length", "worker_succes
 
 def default_config() -> ml_collections.ConfigDict:
   """The "small" run (aimed at <= 15 minutes on 2 idle CPU cores): KeyChain T = 1000;
-  cue delays 0, 20, 40 at T = 60; KeyToDoor distractor phases 30 to 1000; hierarchy vs
+  cue delays 0, 20, 40, 55 at T = 60; KeyToDoor distractor phases 30 to 1000; hierarchy vs
   flat on GoalGrid 12x12, T = 120. configs/curriculum.py:full trains longer."""
   c = ml_collections.ConfigDict()
   c.seeds = 5                   # seeds vmapped side by side per run
@@ -85,7 +85,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.b1 = ml_collections.ConfigDict()
   c.b1.horizon = 60             # KeyChain episode length T
   c.b1.num_pivotal = 1          # pivotal steps k
-  c.b1.cue_delays = (0, 20, 40)  # dependency ranges (history window cue_delay + 1)
+  c.b1.cue_delays = (0, 20, 40, 55)  # dependency ranges (history window cue_delay + 1)
   c.b1.num_stages = 3           # curriculum lengths: evenly from cue_delay + 2k to T
   c.b1.num_updates = 30         # updates per run
   c.b1.methods = ("direct", "gated")  # methods compared
@@ -117,6 +117,10 @@ def validate_config(config) -> None:
         raise ConfigError(f"config.{part}.methods: {m!r} is not one of {known}")
     if int(config[part].num_updates) < int(config.eval_every):
       raise ConfigError(f"config.{part}.num_updates: must be >= eval_every")
+  for k in config.c.extra_segment_lengths:
+    if int(k) < 1 or int(config.c.horizon) % int(k):
+      raise ConfigError(f"config.c.extra_segment_lengths: {k} must divide "
+                        f"c.horizon={config.c.horizon}")
   if tuple(config.a.stages)[-1] != config.a.horizon:
     raise ConfigError("config.a.stages: the last stage must be the target a.horizon")
 
@@ -151,10 +155,12 @@ def train_curves(c, methods, key, config, log=None) -> Dict[str, dict]:
   """Trains every method x `c.seeds` seeds side by side (one compiled program), in chunks
   of `eval_every` updates, evaluating each chunk's policy at the target length.
 
-  Returns `{method: {name: [E, S]}}`: `env_steps` (cumulative steps taken), `success`
-  (sampled policy on `eval_episodes` fresh target-length episodes), `train_success`,
-  `stage_value`; and `compiles` (programs compiled: one, the training chunk with its
-  evaluation at the end).
+  Returns `{method: {name: [E, S]}}`, E = 1 + num_updates / eval_every (the first at 0
+  env steps, the untrained policy): `env_steps` (cumulative steps taken), `success`
+  (sampled policy on `eval_episodes` fresh target-length episodes), `train_success` and
+  `stage_value` (of the chunk's last update; NaN at 0 steps); and `compiles` (programs
+  compiled: two, the training chunk with its evaluation at the end, and the first
+  evaluation alone).
   """
   eval_every, eval_episodes = int(config.eval_every), int(config.eval_episodes)
   train = grpo.make_train(c)
@@ -185,6 +191,14 @@ def train_curves(c, methods, key, config, log=None) -> Dict[str, dict]:
   chunk = jax.jit(jax.vmap(chunk_and_eval))
   out = {k: [] for k in ("env_steps", "success", "train_success", "stage_value")}
   steps, ekey = np.zeros(n), keys[n]
+  # The untrained policy at 0 env steps (a second, small compile): every budget then has
+  # an evaluation within it, also below a long-target method's first chunk.
+  ekey, sub = jax.random.split(ekey)
+  succ = jax.jit(jax.vmap(evaluate))(state.params, jax.random.split(sub, n))
+  out["success"].append(np.asarray(succ))
+  out["env_steps"].append(steps.copy())
+  out["train_success"].append(np.full(n, np.nan))
+  out["stage_value"].append(np.full(n, np.nan))
   num_chunks = int(c.num_updates) // eval_every
   for i in range(num_chunks):
     ekey, sub = jax.random.split(ekey)
@@ -198,15 +212,17 @@ def train_curves(c, methods, key, config, log=None) -> Dict[str, dict]:
     if log is not None:   # a line per compiled chunk (the watchdog's heartbeat)
       log(f"  chunk {i + 1}/{num_chunks}: target success {np.mean(succ):.2f}")
   res = {k: np.stack(v).reshape(-1, len(methods), seeds) for k, v in out.items()}
-  return {m: {**{k: v[:, i] for k, v in res.items()}, "compiles": 1}
+  return {m: {**{k: v[:, i] for k, v in res.items()}, "compiles": 2}
           for i, m in enumerate(methods)}
 
 
 def plot(ax, curves: Dict[str, dict], title: str) -> None:
   for name, cv in curves.items():
     x = cv["env_steps"].mean(axis=1)
-    m = cv["success"].mean(axis=1)
-    half = np.array([ci95(r)[1] for r in cv["success"]])
+    keep = x > 0          # a log axis: the evaluation at 0 steps is in the tables only
+    x, succ = x[keep], cv["success"][keep]
+    m = succ.mean(axis=1)
+    half = np.array([ci95(r)[1] for r in succ])
     ax.plot(x, m, label=name)
     ax.fill_between(x, np.clip(m - half, 0, 1), np.clip(m + half, 0, 1), alpha=0.2)
   ax.set_xscale("log")
@@ -237,7 +253,8 @@ def part_a(config, key, log):
   for m, cv in curves.items():
     log(f"(a) KeyChain T={a.horizon} {m}: final success {cv['success'][-1].mean():.2f} "
         f"after {cv['env_steps'][-1].mean():.3g} env steps")
-  log(f"(a) {len(curves)} methods x {config.seeds} seeds: 1 compile (training + eval)")
+  log(f"(a) {len(curves)} methods x {config.seeds} seeds: 2 compiles (training + eval, "
+      "first eval)")
   return {f"T={a.horizon}": curves}
 
 
@@ -326,29 +343,31 @@ def _verdict_lines(part: str, d: dict, level: float) -> List[str]:
               f"{next(iter(rows.values()))['seeds'] if rows else 0} seeds, censored seeds "
               "count their total env steps, so '<=' marks an upper bound and '~' a method "
               "with censored seeds): " + "; ".join(cells) + ".", ""]
-  for setting, rows in d.get("advantage", {}).items():
-    lines.append(f"Advantage at {setting} (mean target success over the shared env-step "
-                 "range, A - B, 95% Welch interval): " + "; ".join(
-                     f"{m if ' - ' in m else m + ' - direct'}: {_fmt(ci, digits=2)}"
-                     for m, ci in rows.items()) + ".")
   if d.get("advantage"):
-    lines.append("")
+    lines += ["Advantage (mean success over the shared env-step range, A - B, 95% Welch "
+              "interval): " + "; ".join(
+                  f"{setting}: " + ", ".join(
+                      f"{m if ' - ' in m else m + ' - direct'} {_fmt(ci, digits=2)}"
+                      for m, ci in rows.items())
+                  for setting, rows in d["advantage"].items()) + ".", ""]
   for setting, w in d.get("why", {}).items():
     k = w["segment_length"]
     text = (f"Why, at {setting}: the mean shortest path from start to goal is "
             f"{w['shortest_path']:.1f} moves" + (f" (K = {k})" if k else "") +
             "; mean episode length over the last 5 updates: " + ", ".join(
                 f"{m} {_fmt(ci, digits=3)}" for m, ci in w["episode_length"].items()))
-    if "worker_steps_to_level" in w:
-      text += (f"; the hierarchy's worker reaches {level:.0%} of its subgoals after "
-               f"{_fmt(w['worker_steps_to_level'], 1e3, suffix='k')} env steps "
-               f"({w['worker_reached']} seeds), the pair {level:.0%} task success after "
-               f"{_fmt(w['pair_steps_to_level'], 1e3, suffix='k')} ({w['pair_reached']} "
+    for m, h in w.get("hierarchies", {}).items():
+      text += (f"; {m}: the worker reaches {level:.0%} of its subgoals after "
+               f"{_fmt(h['worker_steps_to_level'], 1e3, suffix='k')} env steps "
+               f"({h['worker_reached']} seeds), the pair {level:.0%} task success after "
+               f"{_fmt(h['pair_steps_to_level'], 1e3, suffix='k')} ({h['pair_reached']} "
                "seeds)")
     lines += [text + ".", ""]
   for m, r in d.get("stops_helping", {}).items():
-    lines += [f"{m} stops helping (first range whose advantage interval is not above 0): "
-              f"{'helps at every range measured' if r is None else r}.", ""]
+    verdict = {None: "helps at every range measured",
+               "unmeasured": "no range with a shared budget"}.get(r, f"at {r}")
+    lines += [f"Where {m} stops helping (the first range whose advantage interval is not "
+              f"above 0): {verdict}.", ""]
   return lines
 
 
@@ -356,9 +375,13 @@ def summary_markdown(summary: dict, level: float) -> str:
   lines = ["# Horizon curricula vs direct training (GRPO)", "",
            "Each setting is one compiled program for all its methods and seeds (the episode "
            "length and the method are traced; rollouts padded to the target), so a "
-           "schedule of any number of stages costs 1 compile (training chunk and its "
-           "evaluation in one program). In (a, b) success is the sampled policy's on "
-           f"fresh episodes at the target length; intervals are 95% t-intervals over "
+           "schedule of any number of stages costs 2 compiles (training chunk and its "
+           "evaluation in one program; the untrained policy's evaluation at 0 env steps). "
+           "In (a, b) success is the sampled policy's on "
+           f"fresh episodes at the target length, evaluated every few updates: a method's "
+           "success at a budget is its last evaluation within it (a step function, so a "
+           "method is credited late by up to one evaluation interval); "
+           "intervals are 95% t-intervals over "
            f"seeds. Seeds that never reach {level:.0%} are censored: 'seeds at "
            f"{level:.0%}' counts the others and 'env steps to {level:.0%}' is over them "
            "only. 'mean success' averages the target success over 20 equal env-step "

@@ -84,7 +84,11 @@ def mean_success(curve, first: float, last: float, points: int = 20) -> np.ndarr
   """[S] the mean of `success_at` over `points` equally spaced budgets in [first, last]
   (just `success_at(last)` when first >= last)."""
   grid = np.linspace(first, last, points) if first < last else np.array([last])
-  return np.nanmean(np.stack([success_at(curve, b) for b in grid]), axis=0)
+  vals = np.stack([success_at(curve, b) for b in grid])
+  seen = np.isfinite(vals)   # NaN: no evaluation yet within that budget
+  return np.where(seen.any(axis=0),
+                  np.sum(np.where(seen, vals, 0.0), axis=0) / np.maximum(seen.sum(0), 1),
+                  np.nan)
 
 
 def compare(curves: Dict[str, dict], level: float) -> Dict[str, dict]:
@@ -142,9 +146,14 @@ def target_verdict(curves: Dict[str, dict], level: float, fraction: float = 0.5,
 
 def stops_helping(advantages: Sequence[tuple], ranges: Sequence) -> object:
   """The first of `ranges` (ascending dependency ranges) whose advantage `(mean, half)`
-  interval is not entirely above 0 (a NaN half counts as not above), or None if the
-  curriculum helps at every range."""
+  interval is not entirely above 0 (a NaN half counts as not above; a NaN mean, no
+  shared budget, is skipped); None if the curriculum helps at every range, and
+  "unmeasured" if no range had a shared budget."""
+  measured = 0
   for (mean, half), r in zip(advantages, ranges):
+    if not np.isfinite(mean):
+      continue
+    measured += 1
     if not (np.isfinite(half) and mean - half > 0.0):
       return r
-  return None
+  return None if measured else "unmeasured"
