@@ -159,8 +159,8 @@ def train_curves(c, methods, key, config, log=None) -> Dict[str, dict]:
   env steps, the untrained policy): `env_steps` (cumulative steps taken), `success`
   (sampled policy on `eval_episodes` fresh target-length episodes), `train_success` and
   `stage_value` (of the chunk's last update; NaN at 0 steps); and `compiles` (programs
-  compiled: two, the training chunk with its evaluation at the end, and the first
-  evaluation alone).
+  compiled: one, the training chunk with its evaluation at the end, whose first call
+  skips the updates).
   """
   eval_every, eval_episodes = int(config.eval_every), int(config.eval_episodes)
   train = grpo.make_train(c)
@@ -184,17 +184,19 @@ def train_curves(c, methods, key, config, log=None) -> Dict[str, dict]:
   carries = jax.tree.map(lambda *xs: jnp.repeat(jnp.stack(xs), seeds, axis=0), *carries)
   state = state.replace(aux={**state.aux, "curriculum": carries})
 
-  def chunk_and_eval(s, k):   # one program: eval_every updates, then the evaluation
-    s, m = train.run(s, None, eval_every)
+  def chunk_and_eval(s, k, train_on):   # one program: eval_every updates, then the evaluation
+    def skip(s):   # the first call: no update, the untrained policy's evaluation
+      shapes = jax.eval_shape(lambda s_: train.run(s_, None, eval_every)[1], s)
+      return s, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+    s, m = jax.lax.cond(train_on, lambda s: train.run(s, None, eval_every), skip, s)
     return s, m, evaluate(s.params, k)
 
-  chunk = jax.jit(jax.vmap(chunk_and_eval))
+  # `train_on` is not vmapped, so the cond stays a branch (no update computed when off).
+  chunk = jax.jit(jax.vmap(chunk_and_eval, in_axes=(0, 0, None)))
   out = {k: [] for k in ("env_steps", "success", "train_success", "stage_value")}
   steps, ekey = np.zeros(n), keys[n]
-  # The untrained policy at 0 env steps (a second, small compile): every budget then has
-  # an evaluation within it, also below a long-target method's first chunk.
   ekey, sub = jax.random.split(ekey)
-  succ = jax.jit(jax.vmap(evaluate))(state.params, jax.random.split(sub, n))
+  _, _, succ = chunk(state, jax.random.split(sub, n), False)   # at 0 env steps
   out["success"].append(np.asarray(succ))
   out["env_steps"].append(steps.copy())
   out["train_success"].append(np.full(n, np.nan))
@@ -202,7 +204,7 @@ def train_curves(c, methods, key, config, log=None) -> Dict[str, dict]:
   num_chunks = int(c.num_updates) // eval_every
   for i in range(num_chunks):
     ekey, sub = jax.random.split(ekey)
-    state, m, succ = chunk(state, jax.random.split(sub, n))
+    state, m, succ = chunk(state, jax.random.split(sub, n), True)
     m = jax.device_get(m)
     steps = steps + np.sum(m["env_steps"], axis=1)
     out["success"].append(np.asarray(succ))
@@ -212,7 +214,7 @@ def train_curves(c, methods, key, config, log=None) -> Dict[str, dict]:
     if log is not None:   # a line per compiled chunk (the watchdog's heartbeat)
       log(f"  chunk {i + 1}/{num_chunks}: target success {np.mean(succ):.2f}")
   res = {k: np.stack(v).reshape(-1, len(methods), seeds) for k, v in out.items()}
-  return {m: {**{k: v[:, i] for k, v in res.items()}, "compiles": 2}
+  return {m: {**{k: v[:, i] for k, v in res.items()}, "compiles": 1}
           for i, m in enumerate(methods)}
 
 
@@ -253,8 +255,7 @@ def part_a(config, key, log):
   for m, cv in curves.items():
     log(f"(a) KeyChain T={a.horizon} {m}: final success {cv['success'][-1].mean():.2f} "
         f"after {cv['env_steps'][-1].mean():.3g} env steps")
-  log(f"(a) {len(curves)} methods x {config.seeds} seeds: 2 compiles (training + eval, "
-      "first eval)")
+  log(f"(a) {len(curves)} methods x {config.seeds} seeds: 1 compile (training + eval)")
   return {f"T={a.horizon}": curves}
 
 
@@ -375,8 +376,9 @@ def summary_markdown(summary: dict, level: float) -> str:
   lines = ["# Horizon curricula vs direct training (GRPO)", "",
            "Each setting is one compiled program for all its methods and seeds (the episode "
            "length and the method are traced; rollouts padded to the target), so a "
-           "schedule of any number of stages costs 2 compiles (training chunk and its "
-           "evaluation in one program; the untrained policy's evaluation at 0 env steps). "
+           "schedule of any number of stages costs 1 compile (training chunk and its "
+           "evaluation in one program; its first call skips the updates and evaluates the "
+           "untrained policy at 0 env steps). "
            "In (a, b) success is the sampled policy's on "
            f"fresh episodes at the target length, evaluated every few updates: a method's "
            "success at a budget is its last evaluation within it (a step function, so a "
@@ -430,6 +432,11 @@ def summarize(results: Dict[str, dict], level: float, workdir: str,
   summary = {"parts": {}, "derived": {}, "part_seconds": dict(part_seconds),
              "level": level}
   records = []
+  # float64 throughout, so that `resummarize` (curves read back from JSON) gives the
+  # same numbers as the run itself.
+  results = {p: {s: {m: {k: (v if k == "compiles" else np.asarray(v, np.float64))
+                         for k, v in cv.items()} for m, cv in res.items()}
+                 for s, res in part.items()} for p, part in results.items()}
   for name, res in results.items():
     summary["parts"][name] = {s: compare(cv, level) for s, cv in res.items()}
     summary["derived"][name] = derived(name, res, level)
