@@ -15,11 +15,12 @@ steps (a lower bound on its true steps to level).
   * `advantage`: method A minus method B in that mean success, Welch 95% interval;
   * `target_verdict`: does a curriculum reach `level` in <= `fraction` of the env steps
     of direct training (a bound when direct is censored);
-  * `stops_helping`: the first dependency range whose advantage interval is not above 0.
+  * `stops_helping`: the first dependency range whose advantage interval is not above 0;
+  * `summary_markdown`: the summary.md text of the tables and verdicts.
 """
 from __future__ import annotations
 
-from typing import Dict, Sequence
+from typing import Dict, List, Sequence
 
 import numpy as np
 
@@ -157,3 +158,115 @@ def stops_helping(advantages: Sequence[tuple], ranges: Sequence) -> object:
     if not (np.isfinite(half) and mean - half > 0.0):
       return r
   return None if measured else "unmeasured"
+
+
+def _fmt(ci, scale=1.0, digits=3, suffix=""):
+  mean, half = ci
+  if not np.isfinite(mean):
+    return "-"
+  if not np.isfinite(half):
+    return f"{mean / scale:.{digits}g}{suffix}"
+  return f"{mean / scale:.{digits}g}{suffix} ± {half / scale:.2g}{suffix}"
+
+
+def _verdict_lines(part: str, d: dict, level: float) -> List[str]:
+  lines = []
+  for setting, rows in d.get("target", {}).items():
+    cells = []
+    for m, v in rows.items():
+      bound = {"=": "", "<=": "<= ", "?": "~"}[v["bound"]]
+      cells.append(f"{m} {bound}{v['ratio']:.2g}x ({v['reached']}/{v['seeds']} seeds at "
+                   f"{level:.0%}; {'met' if v['met'] else 'not met'})")
+    base = next(iter(rows.values()))["baseline_reached"] if rows else 0
+    lines += [f"Target at {setting} (a curriculum reaches {level:.0%} in <= 1/2 the env "
+              f"steps of direct training; direct reached it in {base} of "
+              f"{next(iter(rows.values()))['seeds'] if rows else 0} seeds, censored seeds "
+              "count their total env steps, so '<=' marks an upper bound and '~' a method "
+              "with censored seeds): " + "; ".join(cells) + ".", ""]
+  if d.get("advantage"):
+    lines += ["Advantage (mean success over the shared env-step range, A - B, 95% Welch "
+              "interval): " + "; ".join(
+                  f"{setting}: " + ", ".join(
+                      f"{m if ' - ' in m else m + ' - direct'} {_fmt(ci, digits=2)}"
+                      for m, ci in rows.items())
+                  for setting, rows in d["advantage"].items()) + ".", ""]
+  for setting, w in d.get("why", {}).items():
+    k = w["segment_length"]
+    text = (f"Why, at {setting}: the mean shortest path from start to goal is "
+            f"{w['shortest_path']:.1f} moves" + (f" (K = {k})" if k else "") +
+            "; mean episode length over the last 5 updates: " + ", ".join(
+                f"{m} {_fmt(ci, digits=3)}" for m, ci in w["episode_length"].items()))
+    for m, h in w.get("hierarchies", {}).items():
+      text += (f"; {m}: the worker reaches {level:.0%} of its subgoals after "
+               f"{_fmt(h['worker_steps_to_level'], 1e3, suffix='k')} env steps "
+               f"({h['worker_reached']} seeds), the pair {level:.0%} task success after "
+               f"{_fmt(h['pair_steps_to_level'], 1e3, suffix='k')} ({h['pair_reached']} "
+               "seeds)")
+    lines += [text + ".", ""]
+  if d.get("steps_ratio"):
+    lines += [f"Env steps to {level:.0%}, curriculum / direct (censored seeds at their "
+              "total steps: '<=' an upper bound, '~' the curriculum has censored seeds): "
+              + "; ".join(f"{setting}: " + ", ".join(
+                  f"{m} {({'=': '', '<=': '<= ', '?': '~'})[v['bound']]}{v['ratio']:.2g}x "
+                  f"({v['reached']}/{v['seeds']} vs {v['baseline_reached']}/{v['seeds']} "
+                  "seeds)" for m, v in rows.items())
+                  for setting, rows in d["steps_ratio"].items()) + ".", ""]
+  for m, r in d.get("stops_helping", {}).items():
+    verdict = {None: "helps at every range measured",
+               "unmeasured": "no range with a shared budget"}.get(r, f"at {r}")
+    lines += [f"Where {m} stops helping (the first range whose advantage interval is not "
+              f"above 0): {verdict}.", ""]
+  return lines
+
+
+def summary_markdown(summary: dict, level: float) -> str:
+  lines = ["# Horizon curricula vs direct training (GRPO)", "",
+           "Each setting is one compiled program for all its methods and seeds (the episode "
+           "length and the method are traced; rollouts padded to the target), so a "
+           "schedule of any number of stages costs 1 compile (training chunk and its "
+           "evaluation in one program; its first call skips the updates and evaluates the "
+           "untrained policy at 0 env steps). "
+           "In (a, b) success is the sampled policy's on "
+           f"fresh episodes at the target length, evaluated every few updates: a method's "
+           "success at a budget is its last evaluation within it (a step function, so a "
+           "method is credited late by up to one evaluation interval); "
+           "intervals are 95% t-intervals over "
+           f"seeds. Seeds that never reach {level:.0%} are censored: 'seeds at "
+           f"{level:.0%}' counts the others and 'env steps to {level:.0%}' is over them "
+           "only. 'mean success' averages the target success over 20 equal env-step "
+           "budgets from the first one where every seed of every method has an "
+           "evaluation ('first budget') to the largest one all reached ('equal "
+           "budget').", ""]
+  for part, title in (("a", "(a) KeyChain, long target"),
+                      ("b1", "(b1) KeyChain with a cue_delay dependency"),
+                      ("b2", "(b2) KeyToDoor, growing distractor phase"),
+                      ("c", "(c) manager/worker vs flat GRPO and PPO, equal env steps "
+                            "(training success of the sampled policy)")):
+    if part not in summary["parts"]:
+      continue
+    lines += [f"## {title}", ""]
+    rows = []
+    for setting, methods in summary["parts"][part].items():
+      for m, r in methods.items():
+        rows.append([setting, m, f"{r['reached']}/{r['seeds']}",
+                     _fmt(r["steps_to_level"], 1e3, suffix="k"),
+                     f"{r['budget_first'] / 1e3:.3g}k", f"{r['budget'] / 1e3:.3g}k",
+                     _fmt(r["mean_success"]), _fmt(r["success_at_budget"]),
+                     _fmt(r["final_success"]), f"{r['final_env_steps'] / 1e3:.3g}k"])
+    lines += report.table(
+        ["setting", "method", f"seeds at {level:.0%}", f"env steps to {level:.0%}",
+         "first budget", "equal budget", "mean success", "success at equal budget",
+         "final success", "final env steps"], rows)
+    lines.append("")
+    lines += _verdict_lines(part, summary.get("derived", {}).get(part, {}), level)
+    if part == "b2" and "solved" in summary:
+      lines += ["Largest distractor length solved (mean final success >= "
+                f"{level:.0%}): " + ", ".join(f"{m}: {v}" for m, v in
+                                              summary["solved"].items()), ""]
+    lines.append(f"![{part}](curves_{part}.png)")
+    lines.append("")
+  lines.append("Seconds per part: " + ", ".join(
+      f"({p}) {t:.0f}" for p, t in summary.get("part_seconds", {}).items()) + ".")
+  lines.append("")
+  lines.append(report.wall_time(summary["wall_seconds"]))
+  return "\n".join(lines)
