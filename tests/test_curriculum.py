@@ -210,19 +210,61 @@ def test_censoring_welch_mean_success_and_verdicts_by_hand():
   assert ca.stops_helping([(float("nan"), 0.1)], [0]) == "unmeasured"
 
 
+def _synthetic_curves(num_updates, horizon, methods, config):
+  """Curves shaped like `train_curves`' for `methods` (curricula rise faster)."""
+  e, seeds = 1 + int(num_updates) // int(config.eval_every), int(config.seeds)
+  steps = np.arange(e, dtype=np.float64)[:, None] * np.ones((1, seeds)) * 1000.0
+  rise = np.linspace(0.05, 0.95, e)[:, None] + np.linspace(0.0, 0.04, seeds)[None]
+  return {m: {"env_steps": steps * (1.0 if m == "direct" else 0.5),
+              "success": np.clip(rise * (1.0 if m == "direct" else 1.1), 0, 1),
+              "train_success": rise, "stage_value": steps * 0 + horizon,
+              "compiles": 1} for m in methods}
+
+
 @pytest.mark.slow
-def test_curriculum_experiment_smoke(tmp_path):
+def test_curriculum_experiment_smoke(tmp_path, monkeypatch):
+  """The experiment end to end at its smoke variant. Part (a) and the hierarchy of (c)
+  train for real (one compiled program each); (b1), (b2) and flat GRPO / PPO in (c)
+  check the configs they build (their recipe validates them, their envs reset and step)
+  and return synthetic curves, so every part's summary, verdicts and figures, and
+  resummarize, run in two compiles."""
   import importlib.util
   import json
   import os
   from credit_jax.experiments import curriculum as exp
+  from credit_jax.experiments import curriculum_hierarchy as ch
   from credit_jax.experiments import report
+  from credit_jax.algos import ppo
   path = os.path.join(os.path.dirname(__file__), "..", "configs", "curriculum.py")
   spec = importlib.util.spec_from_file_location("curriculum_config", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  lines = []
-  summary = exp.run(module.get_config("smoke"), str(tmp_path), log=lines.append)
+  config = module.get_config("smoke")
+  real_curves, real_method, built = exp.train_curves, ch.train_method, {}
+
+  def train_curves(c, methods, key, cfg, log=None):
+    if "cue_delay" not in c.env_kwargs and c.env_name == "KeyChain-v0":   # part (a)
+      return real_curves(c, methods, key, cfg, log)
+    grpo.validate_config(c)
+    env, params = cur.make_env(c)
+    params = params.replace(**{c.curriculum.param: c.curriculum.stages[0]})
+    _, state = env.reset(jax.random.PRNGKey(0), params)
+    env.step(jax.random.PRNGKey(1), state, 0, params)
+    built[c.env_name] = c
+    return _synthetic_curves(c.num_updates, c.horizon, methods, cfg)
+
+  def train_method(cfg, method, key):
+    if method.startswith("hierarchy"):
+      return real_method(cfg, method, key)
+    c = ch.method_config(cfg, method)
+    (ppo if method == "ppo" else grpo).validate_config(c)
+    built[method] = c
+    curve = _synthetic_curves(cfg.c.num_updates, cfg.c.horizon, ("x",), cfg)["x"]
+    return {k: curve[k] for k in ("env_steps", "success", "compiles")}
+
+  monkeypatch.setattr(exp, "train_curves", train_curves)
+  monkeypatch.setattr(ch, "train_method", train_method)
+  summary = exp.run(config, str(tmp_path), log=[].append)
   assert set(summary["parts"]) == {"a", "b1", "b2", "c"}
   rows = summary["parts"]["a"]["T=12"]
   assert set(rows) == {"direct", "gated"}
@@ -230,24 +272,33 @@ def test_curriculum_experiment_smoke(tmp_path):
   assert rows["direct"]["final_env_steps"] == 4 * 16 * 12
   assert rows["gated"]["final_env_steps"] < rows["direct"]["final_env_steps"]
   assert all(r["compiles"] == 1 for r in rows.values())
-  # (c): PPO's budget is the hierarchy's padded one (2 updates x 16 episodes x 12 steps);
-  # the hierarchy and GRPO take at most that (episodes stop at the goal).
+  # (b1): cue_delay 3 at T = 10, a window of 4 observations, stages from 3 + 2k to T;
+  # (b2): distractor 6, stages (0, 0.1, 0.3, 1) x 6 rounded, key + 6 + door steps.
+  b1, b2 = built["KeyChain-v0"], built["KeyToDoor-v0"]
+  assert (b1.history_window, tuple(b1.curriculum.stages), b1.horizon) == (4, (5, 10), 10)
+  assert (b2.curriculum.param, tuple(b2.curriculum.stages), b2.horizon) == (
+      "distractor_length", (0, 1, 2, 6), 14)
+  # (c): PPO's budget is the hierarchy's padded one (2 updates x 16 episodes x 12 steps),
+  # flat GRPO runs the hierarchy's updates and groups; the real hierarchy takes at most
+  # that budget (episodes stop at the goal).
+  assert built["ppo"].total_timesteps == 2 * 16 * 12
+  g = built["grpo"]
+  assert (g.num_updates, g.num_tasks, g.group_size, g.horizon) == (2, 4, 4, 12)
   rows = summary["parts"]["c"]["GoalGrid 5x5 T=12 K=4"]
   assert set(rows) == {"hierarchy", "grpo", "ppo"}
-  assert rows["ppo"]["final_env_steps"] == 2 * 16 * 12
-  assert rows["hierarchy"]["final_env_steps"] <= 2 * 16 * 12
-  assert os.path.exists(os.path.join(str(tmp_path), "curves_c.png"))
-  for name in ("curves_a.png", "curves_b1.png", "curves_b2.png", "summary.md",
-               "metrics.jsonl"):
+  assert 0 < rows["hierarchy"]["final_env_steps"] <= 2 * 16 * 12
+  for name in ("curves_a.png", "curves_b1.png", "curves_b2.png", "curves_c.png",
+               "summary.md", "metrics.jsonl"):
     assert (tmp_path / name).stat().st_size > 0
   assert set(summary["solved"]) == {"direct", "gated"}
   d = summary["derived"]
   assert set(d["a"]["target"]["T=12"]["gated"]) >= {"ratio", "met", "bound", "reached"}
   assert set(d["b1"]["stops_helping"]) == set(d["b2"]["stops_helping"]) == {"gated"}
   assert set(d["c"]["advantage"]["GoalGrid 5x5 T=12 K=4"]) == {"hierarchy - grpo",
-                                                          "hierarchy - ppo"}
+                                                              "hierarchy - ppo"}
+  assert set(d["c"]["why"]["GoalGrid 5x5 T=12 K=4"]["hierarchies"]) == {"hierarchy"}
   text = (tmp_path / "summary.md").read_text()
-  assert "Target at T=12" in text and "stops helping" in text
+  assert "Target at T=12" in text and "stops helping" in text and "Why, at" in text
   # Re-summarizing from metrics.jsonl alone gives the same tables and verdicts.
   again = exp.resummarize(str(tmp_path), str(tmp_path / "again"))
   dump = lambda s: json.dumps({k: s[k] for k in ("parts", "derived", "solved")},  # noqa: E731
