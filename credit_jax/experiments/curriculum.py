@@ -185,7 +185,7 @@ def train_curves(c, methods, key, config, log=None) -> Dict[str, dict]:
   carries = jax.tree.map(lambda *xs: jnp.repeat(jnp.stack(xs), seeds, axis=0), *carries)
   state = state.replace(aux={**state.aux, "curriculum": carries})
 
-  def chunk_and_eval(s, k, train_on):   # one program: eval_every updates, then the evaluation
+  def chunk_and_eval(s, k, train_on):   # one program: eval_every updates, the evaluation
     def skip(s):   # the first call: no update, the untrained policy's evaluation
       shapes = jax.eval_shape(lambda s_: train.run(s_, None, eval_every)[1], s)
       return s, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)

@@ -112,7 +112,8 @@ def diagnostics(curves, size: int, segment_length: int, level: float,
   length over its `last` updates (t-interval over seeds); per hierarchy (`hierarchies`)
   the env steps until its worker reaches `level` of its subgoals and until the pair
   reaches `level` task success (over the seeds that got there; `*_reached` counts them)."""
-  from credit_jax.experiments import curriculum_analysis as ca  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from credit_jax.experiments import curriculum_analysis as ca
   out = {"shortest_path": mean_shortest_path(size), "segment_length": segment_length,
          "episode_length": {m: ca.ci95(np.mean(cv["episode_length"][-last:], axis=0))
                             for m, cv in curves.items() if "episode_length" in cv}}
