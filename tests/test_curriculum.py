@@ -181,17 +181,90 @@ def test_steps_to_level_success_at_and_ci95():
   np.testing.assert_allclose((mean, half), (2.0, 4.302653 / np.sqrt(3)), rtol=1e-6)
 
 
+def test_censoring_welch_mean_success_and_verdicts_by_hand():
+  from credit_jax.experiments import curriculum_analysis as ca
+  direct = {"env_steps": np.array([[100., 100.], [200., 200.]]),
+            "success": np.array([[0.0, 0.0], [0.5, 0.95]]), "compiles": 1}
+  gated = {"env_steps": np.array([[10., 20.], [50., 60.]]),
+           "success": np.array([[0.95, 0.5], [1.0, 1.0]]), "compiles": 1}
+  # direct seed 0 never reaches 90%: censored at its total 200 steps (a lower bound).
+  np.testing.assert_array_equal(ca.censored_steps(direct, 0.9), [200.0, 200.0])
+  v = ca.target_verdict({"direct": direct, "gated": gated}, 0.9)["gated"]
+  assert v["bound"] == "<=" and v["met"] and (v["reached"], v["baseline_reached"]) == (2, 1)
+  np.testing.assert_allclose(v["ratio"], 35.0 / 200.0)
+  # a method with a censored seed never meets the target, whatever its ratio.
+  gated["success"][1, 1] = 0.5
+  v = ca.target_verdict({"direct": direct, "gated": gated}, 0.9)["gated"]
+  assert v["bound"] == "?" and not v["met"]
+  # Welch: x = [1, 2, 3] vs a constant: df = 2, half = t(0.975, 2) sqrt(1/3).
+  diff, half = ca.welch([1.0, 2.0, 3.0], [1.0, 1.0, 1.0])
+  np.testing.assert_allclose((diff, half), (1.0, 4.302653 * np.sqrt(1.0 / 3.0)), rtol=1e-6)
+  # budgets 10, 20, 30: success_at gives 0.2, 0.2, 0.8.
+  one = {"env_steps": np.array([[10.0], [30.0]]), "success": np.array([[0.2], [0.8]])}
+  np.testing.assert_allclose(ca.mean_success(one, 10.0, 30.0, points=3), [0.4])
+  assert ca.budget_range({"d": direct, "g": gated}) == (100.0, 50.0)   # min over seeds
+  assert ca.stops_helping([(0.3, 0.1), (0.2, 0.25), (0.5, 0.1)], [0, 20, 40]) == 20
+  assert ca.stops_helping([(0.3, float("nan"))], [0]) == 0
+  assert ca.stops_helping([(0.3, 0.1), (0.5, 0.1)], [0, 20]) is None
+  assert ca.stops_helping([(float("nan"), 0.1), (0.5, 0.1)], [0, 20]) is None
+  assert ca.stops_helping([(float("nan"), 0.1)], [0]) == "unmeasured"
+
+
+def _synthetic_curves(num_updates, horizon, methods, config):
+  """Curves shaped like `train_curves`' for `methods` (curricula rise faster)."""
+  e, seeds = 1 + int(num_updates) // int(config.eval_every), int(config.seeds)
+  steps = np.arange(e, dtype=np.float64)[:, None] * np.ones((1, seeds)) * 1000.0
+  rise = np.linspace(0.05, 0.95, e)[:, None] + np.linspace(0.0, 0.04, seeds)[None]
+  return {m: {"env_steps": steps * (1.0 if m == "direct" else 0.5),
+              "success": np.clip(rise * (1.0 if m == "direct" else 1.1), 0, 1),
+              "train_success": rise, "stage_value": steps * 0 + horizon,
+              "compiles": 1} for m in methods}
+
+
 @pytest.mark.slow
-def test_curriculum_experiment_smoke(tmp_path):
+def test_curriculum_experiment_smoke(tmp_path, monkeypatch):
+  """The experiment end to end at its smoke variant. Part (a) and the hierarchy of (c)
+  train for real (one compiled program each); (b1), (b2) and flat GRPO / PPO in (c)
+  check the configs they build (their recipe validates them, their envs reset and step)
+  and return synthetic curves, so every part's summary, verdicts and figures, and
+  resummarize, run in two compiles."""
   import importlib.util
+  import json
   import os
   from credit_jax.experiments import curriculum as exp
+  from credit_jax.experiments import curriculum_hierarchy as ch
+  from credit_jax.experiments import report
+  from credit_jax.algos import ppo
   path = os.path.join(os.path.dirname(__file__), "..", "configs", "curriculum.py")
   spec = importlib.util.spec_from_file_location("curriculum_config", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  lines = []
-  summary = exp.run(module.get_config("smoke"), str(tmp_path), log=lines.append)
+  config = module.get_config("smoke")
+  real_curves, real_method, built = exp.train_curves, ch.train_method, {}
+
+  def train_curves(c, methods, key, cfg, log=None):
+    if "cue_delay" not in c.env_kwargs and c.env_name == "KeyChain-v0":   # part (a)
+      return real_curves(c, methods, key, cfg, log)
+    grpo.validate_config(c)
+    env, params = cur.make_env(c)
+    params = params.replace(**{c.curriculum.param: c.curriculum.stages[0]})
+    _, state = env.reset(jax.random.PRNGKey(0), params)
+    env.step(jax.random.PRNGKey(1), state, 0, params)
+    built[c.env_name] = c
+    return _synthetic_curves(c.num_updates, c.horizon, methods, cfg)
+
+  def train_method(cfg, method, key):
+    if method.startswith("hierarchy"):
+      return real_method(cfg, method, key)
+    c = ch.method_config(cfg, method)
+    (ppo if method == "ppo" else grpo).validate_config(c)
+    built[method] = c
+    curve = _synthetic_curves(cfg.c.num_updates, cfg.c.horizon, ("x",), cfg)["x"]
+    return {k: curve[k] for k in ("env_steps", "success", "compiles")}
+
+  monkeypatch.setattr(exp, "train_curves", train_curves)
+  monkeypatch.setattr(ch, "train_method", train_method)
+  summary = exp.run(config, str(tmp_path), log=[].append)
   assert set(summary["parts"]) == {"a", "b1", "b2", "c"}
   rows = summary["parts"]["a"]["T=12"]
   assert set(rows) == {"direct", "gated"}
@@ -199,17 +272,66 @@ def test_curriculum_experiment_smoke(tmp_path):
   assert rows["direct"]["final_env_steps"] == 4 * 16 * 12
   assert rows["gated"]["final_env_steps"] < rows["direct"]["final_env_steps"]
   assert all(r["compiles"] == 1 for r in rows.values())
-  # (c): PPO's budget is the hierarchy's padded one (2 updates x 16 episodes x 12 steps);
-  # the hierarchy and GRPO take at most that (episodes stop at the goal).
-  rows = summary["parts"]["c"]["GoalGrid 5x5 T=12"]
+  # (b1): cue_delay 3 at T = 10, a window of 4 observations, stages from 3 + 2k to T;
+  # (b2): distractor 6, stages (0, 0.1, 0.3, 1) x 6 rounded, key + 6 + door steps.
+  b1, b2 = built["KeyChain-v0"], built["KeyToDoor-v0"]
+  assert (b1.history_window, tuple(b1.curriculum.stages), b1.horizon) == (4, (5, 10), 10)
+  assert (b2.curriculum.param, tuple(b2.curriculum.stages), b2.horizon) == (
+      "distractor_length", (0, 1, 2, 6), 14)
+  # (c): PPO's budget is the hierarchy's padded one (2 updates x 16 episodes x 12 steps),
+  # flat GRPO runs the hierarchy's updates and groups; the real hierarchy takes at most
+  # that budget (episodes stop at the goal).
+  assert built["ppo"].total_timesteps == 2 * 16 * 12
+  g = built["grpo"]
+  assert (g.num_updates, g.num_tasks, g.group_size, g.horizon) == (2, 4, 4, 12)
+  rows = summary["parts"]["c"]["GoalGrid 5x5 T=12 K=4"]
   assert set(rows) == {"hierarchy", "grpo", "ppo"}
-  assert rows["ppo"]["final_env_steps"] == 2 * 16 * 12
-  assert rows["hierarchy"]["final_env_steps"] <= 2 * 16 * 12
-  assert os.path.exists(os.path.join(str(tmp_path), "curves_c.png"))
-  for name in ("curves_a.png", "curves_b1.png", "curves_b2.png", "summary.md",
-               "metrics.jsonl"):
+  assert 0 < rows["hierarchy"]["final_env_steps"] <= 2 * 16 * 12
+  for name in ("curves_a.png", "curves_b1.png", "curves_b2.png", "curves_c.png",
+               "summary.md", "metrics.jsonl"):
     assert (tmp_path / name).stat().st_size > 0
-  assert "solved" in summary
+  assert set(summary["solved"]) == {"direct", "gated"}
+  d = summary["derived"]
+  assert set(d["a"]["target"]["T=12"]["gated"]) >= {"ratio", "met", "bound", "reached"}
+  assert set(d["b1"]["stops_helping"]) == set(d["b2"]["stops_helping"]) == {"gated"}
+  assert set(d["c"]["advantage"]["GoalGrid 5x5 T=12 K=4"]) == {"hierarchy - grpo",
+                                                              "hierarchy - ppo"}
+  assert set(d["c"]["why"]["GoalGrid 5x5 T=12 K=4"]["hierarchies"]) == {"hierarchy"}
+  text = (tmp_path / "summary.md").read_text()
+  assert "Target at T=12" in text and "stops helping" in text and "Why, at" in text
+  # Re-summarizing from metrics.jsonl alone gives the same tables and verdicts.
+  again = exp.resummarize(str(tmp_path), str(tmp_path / "again"))
+  dump = lambda s: json.dumps({k: s[k] for k in ("parts", "derived", "solved")},  # noqa: E731
+                              default=report._jsonable)  # pylint: disable=protected-access
+  assert dump(again) == dump(summary)
+
+
+def test_hierarchy_diagnostics_by_hand():
+  from credit_jax.experiments import curriculum_hierarchy as ch
+  assert ch.mean_shortest_path(2) == pytest.approx(4.0 / 3.0)   # 1, 1, 2 from each corner
+  assert ch.mean_shortest_path(3) == pytest.approx(18.0 / 8.0)  # 1,2,1,2,3,2,3,4 to (0, 0)
+  assert ch.parse_setting("GoalGrid 12x12 T=120 K=12") == (12, 12)
+  assert ch.parse_setting("GoalGrid 12x12 T=120") == (12, None)
+  h = {"env_steps": np.array([[10.0], [20.0], [30.0]]),
+       "success": np.array([[0.1], [0.5], [0.95]]),
+       "worker_success": np.array([[0.5], [0.92], [0.99]]),
+       "episode_length": np.array([[9.0], [7.0], [5.0]])}
+  w = ch.diagnostics({"hierarchy": h}, 3, 2, 0.9, last=2)
+  w_h = w["hierarchies"]["hierarchy"]
+  assert (w_h["worker_steps_to_level"][0], w_h["pair_steps_to_level"][0]) == (20.0, 30.0)
+  assert w["episode_length"]["hierarchy"][0] == 6.0 and w["segment_length"] == 2
+
+
+def test_hierarchy_at_another_segment_length_is_configured():
+  from credit_jax.experiments import curriculum as exp
+  from credit_jax.experiments import curriculum_hierarchy as ch
+  config = exp.default_config()
+  cfg = ch.method_config(config, "hierarchy K=4")
+  assert (cfg.segment_length, cfg.horizon, cfg.algo) == (4, 120, "hierarchy")
+  assert ch.method_config(config, "hierarchy").segment_length == 12
+  config.c.extra_segment_lengths = (7,)
+  with pytest.raises(ConfigError, match="extra_segment_lengths"):
+    exp.validate_config(config)
 
 
 def test_ppo_blocks_weight_by_episodes():

@@ -20,10 +20,15 @@ Parts:
       curriculum's stages start at cue_delay + k; (b2) KeyToDoor-v0 with distractor
       phases of growing length, curriculum over the distractor length.
 
-Reported with 95% intervals over seeds (t-intervals; `ci95`): env steps to `level`
-success at the target per method (seeds that never reach it are counted and left out of
-the interval), target success at the largest env-step budget every method reached, and
-for (b2) the largest distractor length each method solves (mean final success >= level).
+Reported with 95% intervals over seeds (credit_jax/experiments/curriculum_analysis.py):
+env steps to `level` success at the target per method (seeds that never reach it are
+censored: counted, left out of the interval, and at their total env steps in the ratio
+below), success at the largest env-step budget every method reached, and the mean target
+success over the shared env-step range. Verdicts: (a) whether a curriculum reaches
+`level` in <= 1/2 the env steps of direct training; (b1, b2) each curriculum's advantage
+over direct per dependency range (Welch intervals) and the first range where it stops
+helping; (b2) the largest distractor length each method solves (mean final success >=
+level); (c) the hierarchy's advantage over flat GRPO and PPO at equal env steps.
 Writes curves_*.png, metrics.jsonl, summary.json and summary.md.
 """
 from __future__ import annotations
@@ -40,13 +45,18 @@ import numpy as np
 from credit_jax import curriculum, networks, rollout
 from credit_jax.algos import ConfigError, common, grpo
 from credit_jax.experiments import curriculum_hierarchy, report
+from credit_jax.experiments.curriculum_analysis import (  # noqa: F401 (re-exported)
+    advantage, ci95, compare, steps_to_level, stops_helping, success_at,
+    summary_markdown, target_verdict)
 
 METHODS = ("direct", "fixed", "gated", "plr")
+# Per-evaluation curves besides env_steps and success that metrics.jsonl keeps.
+EXTRA_CURVES = ("train_success", "stage_value", "episode_length", "worker_success")
 
 
 def default_config() -> ml_collections.ConfigDict:
   """The "small" run (aimed at <= 15 minutes on 2 idle CPU cores): KeyChain T = 1000;
-  cue delays 0, 20, 40 at T = 60; KeyToDoor distractor phases 30 to 1000; hierarchy vs
+  cue delays 0, 20, 40, 55 at T = 60; KeyToDoor distractor phases 30 to 1000; hierarchy vs
   flat on GoalGrid 12x12, T = 120. configs/curriculum.py:full trains longer."""
   c = ml_collections.ConfigDict()
   c.seeds = 5                   # seeds vmapped side by side per run
@@ -76,7 +86,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.b1 = ml_collections.ConfigDict()
   c.b1.horizon = 60             # KeyChain episode length T
   c.b1.num_pivotal = 1          # pivotal steps k
-  c.b1.cue_delays = (0, 20, 40)  # dependency ranges (history window cue_delay + 1)
+  c.b1.cue_delays = (0, 20, 40, 55)  # dependency ranges (history window cue_delay + 1)
   c.b1.num_stages = 3           # curriculum lengths: evenly from cue_delay + 2k to T
   c.b1.num_updates = 30         # updates per run
   c.b1.methods = ("direct", "gated")  # methods compared
@@ -108,17 +118,12 @@ def validate_config(config) -> None:
         raise ConfigError(f"config.{part}.methods: {m!r} is not one of {known}")
     if int(config[part].num_updates) < int(config.eval_every):
       raise ConfigError(f"config.{part}.num_updates: must be >= eval_every")
+  for k in config.c.extra_segment_lengths:
+    if int(k) < 1 or int(config.c.horizon) % int(k):
+      raise ConfigError(f"config.c.extra_segment_lengths: {k} must divide "
+                        f"c.horizon={config.c.horizon}")
   if tuple(config.a.stages)[-1] != config.a.horizon:
     raise ConfigError("config.a.stages: the last stage must be the target a.horizon")
-
-
-def ci95(x) -> tuple:
-  """(mean, half-width of a 95% t-interval) of the finite entries of `x` (censored runs
-  are inf and left out; `reached` in the summary counts them)."""
-  x = np.asarray(x, np.float64)
-  x = x[np.isfinite(x)]
-  mean, half = report.t_interval(x)
-  return float(mean), float(half)
 
 
 def grpo_config(config, env_name, env_kwargs, horizon, param, stages, num_updates,
@@ -151,10 +156,12 @@ def train_curves(c, methods, key, config, log=None) -> Dict[str, dict]:
   """Trains every method x `c.seeds` seeds side by side (one compiled program), in chunks
   of `eval_every` updates, evaluating each chunk's policy at the target length.
 
-  Returns `{method: {name: [E, S]}}`: `env_steps` (cumulative steps taken), `success`
-  (sampled policy on `eval_episodes` fresh target-length episodes), `train_success`,
-  `stage_value`; and `compiles` (programs compiled: one, the training chunk with its
-  evaluation at the end).
+  Returns `{method: {name: [E, S]}}`, E = 1 + num_updates / eval_every (the first at 0
+  env steps, the untrained policy): `env_steps` (cumulative steps taken), `success`
+  (sampled policy on `eval_episodes` fresh target-length episodes), `train_success` and
+  `stage_value` (of the chunk's last update; NaN at 0 steps); and `compiles` (programs
+  compiled: one, the training chunk with its evaluation at the end, whose first call
+  skips the updates).
   """
   eval_every, eval_episodes = int(config.eval_every), int(config.eval_episodes)
   train = grpo.make_train(c)
@@ -178,17 +185,27 @@ def train_curves(c, methods, key, config, log=None) -> Dict[str, dict]:
   carries = jax.tree.map(lambda *xs: jnp.repeat(jnp.stack(xs), seeds, axis=0), *carries)
   state = state.replace(aux={**state.aux, "curriculum": carries})
 
-  def chunk_and_eval(s, k):   # one program: eval_every updates, then the evaluation
-    s, m = train.run(s, None, eval_every)
+  def chunk_and_eval(s, k, train_on):   # one program: eval_every updates, the evaluation
+    def skip(s):   # the first call: no update, the untrained policy's evaluation
+      shapes = jax.eval_shape(lambda s_: train.run(s_, None, eval_every)[1], s)
+      return s, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+    s, m = jax.lax.cond(train_on, lambda s: train.run(s, None, eval_every), skip, s)
     return s, m, evaluate(s.params, k)
 
-  chunk = jax.jit(jax.vmap(chunk_and_eval))
+  # `train_on` is not vmapped, so the cond stays a branch (no update computed when off).
+  chunk = jax.jit(jax.vmap(chunk_and_eval, in_axes=(0, 0, None)))
   out = {k: [] for k in ("env_steps", "success", "train_success", "stage_value")}
   steps, ekey = np.zeros(n), keys[n]
+  ekey, sub = jax.random.split(ekey)
+  _, _, succ = chunk(state, jax.random.split(sub, n), False)   # at 0 env steps
+  out["success"].append(np.asarray(succ))
+  out["env_steps"].append(steps.copy())
+  out["train_success"].append(np.full(n, np.nan))
+  out["stage_value"].append(np.full(n, np.nan))
   num_chunks = int(c.num_updates) // eval_every
   for i in range(num_chunks):
     ekey, sub = jax.random.split(ekey)
-    state, m, succ = chunk(state, jax.random.split(sub, n))
+    state, m, succ = chunk(state, jax.random.split(sub, n), True)
     m = jax.device_get(m)
     steps = steps + np.sum(m["env_steps"], axis=1)
     out["success"].append(np.asarray(succ))
@@ -202,44 +219,13 @@ def train_curves(c, methods, key, config, log=None) -> Dict[str, dict]:
           for i, m in enumerate(methods)}
 
 
-def steps_to_level(curve, level) -> np.ndarray:
-  """[S] env steps of the first evaluation with success >= level (inf: never)."""
-  hit = curve["success"] >= level
-  first = np.argmax(hit, axis=0)
-  steps = curve["env_steps"][first, np.arange(hit.shape[1])]
-  return np.where(hit.any(axis=0), steps, np.inf)
-
-
-def success_at(curve, budget) -> np.ndarray:
-  """[S] target success at the last evaluation within `budget` env steps (nan if none)."""
-  ok = curve["env_steps"] <= budget
-  idx = np.where(ok.any(axis=0), ok.shape[0] - 1 - np.argmax(ok[::-1], axis=0), -1)
-  vals = curve["success"][np.maximum(idx, 0), np.arange(ok.shape[1])]
-  return np.where(idx >= 0, vals, np.nan)
-
-
-def compare(curves: Dict[str, dict], level: float) -> Dict[str, dict]:
-  """Per method: steps to level (CI over the seeds that reach it), success at the
-  largest budget every method reached, final success."""
-  budget = min(float(np.min(cv["env_steps"][-1])) for cv in curves.values())
-  rows = {}
-  for name, cv in curves.items():
-    st = steps_to_level(cv, level)
-    rows[name] = {
-        "steps_to_level": ci95(st), "reached": int(np.isfinite(st).sum()),
-        "seeds": int(st.size), "budget": budget,
-        "success_at_budget": ci95(success_at(cv, budget)),
-        "final_success": ci95(cv["success"][-1]),
-        "final_env_steps": float(np.mean(cv["env_steps"][-1])),
-        "compiles": cv["compiles"]}
-  return rows
-
-
 def plot(ax, curves: Dict[str, dict], title: str) -> None:
   for name, cv in curves.items():
     x = cv["env_steps"].mean(axis=1)
-    m = cv["success"].mean(axis=1)
-    half = np.array([ci95(r)[1] for r in cv["success"]])
+    keep = x > 0          # a log axis: the evaluation at 0 steps is in the tables only
+    x, succ = x[keep], cv["success"][keep]
+    m = succ.mean(axis=1)
+    half = np.array([ci95(r)[1] for r in succ])
     ax.plot(x, m, label=name)
     ax.fill_between(x, np.clip(m - half, 0, 1), np.clip(m + half, 0, 1), alpha=0.2)
   ax.set_xscale("log")
@@ -257,8 +243,7 @@ def _records(part, setting, curves) -> List[dict]:
       recs.append({"part": part, "setting": setting, "method": name, "eval": e,   # (c): e = update
                    "env_steps": cv["env_steps"][e].tolist(),
                    "success": cv["success"][e].tolist(),
-                   **{k: cv[k][e].tolist() for k in ("train_success", "stage_value")
-                      if k in cv}})
+                   **{k: cv[k][e].tolist() for k in EXTRA_CURVES if k in cv}})
   return recs
 
 
@@ -311,50 +296,66 @@ def part_b2(config, key, log):
   return out
 
 
-def _fmt(ci, scale=1.0, digits=3, suffix=""):
-  mean, half = ci
-  if not np.isfinite(mean):
-    return "-"
-  if not np.isfinite(half):
-    return f"{mean / scale:.{digits}g}{suffix}"
-  return f"{mean / scale:.{digits}g}{suffix} ± {half / scale:.2g}{suffix}"
+def derived(part: str, results: Dict[str, dict], level: float) -> dict:
+  """The part's verdicts from its curves: (a) the target (a curriculum at <= 1/2 the env
+  steps of direct), (b1, b2) each curriculum's advantage over direct per dependency range
+  and the first range where it stops helping, (c) the first method's advantage over each
+  other one. Advantages: mean target success over the shared env-step range
+  (`curriculum_analysis.advantage`), A minus B, Welch 95% intervals."""
+  out = {}
+  methods = list(next(iter(results.values())))
+  if part == "a" and "direct" in methods:
+    out["target"] = {s: target_verdict(cv, level, 0.5) for s, cv in results.items()}
+  if part in ("b1", "b2") and "direct" in methods:
+    ranges = [int(s.split("=")[1]) for s in results]
+    adv = {s: {m: advantage(cv, m, "direct") for m in methods if m != "direct"}
+           for s, cv in results.items()}
+    out["advantage"] = adv
+    out["steps_ratio"] = {s: target_verdict(cv, level, 0.5) for s, cv in results.items()}
+    out["stops_helping"] = {m: stops_helping([adv[s][m] for s in results], ranges)
+                            for m in methods if m != "direct"}
+  if part == "c" and len(methods) > 1:
+    out["advantage"] = {s: {f"{methods[0]} - {m}": advantage(cv, methods[0], m)
+                            for m in methods[1:]} for s, cv in results.items()}
+  if part == "c":
+    out["why"] = {s: curriculum_hierarchy.diagnostics(
+        cv, *curriculum_hierarchy.parse_setting(s), level) for s, cv in results.items()}
+  return out
 
 
-def summary_markdown(summary: dict, level: float) -> str:
-  lines = ["# Horizon curricula vs direct training (GRPO)", "",
-           "Each setting is one compiled program for all its methods and seeds (the episode "
-           "length and the method are traced; rollouts padded to the target), so a "
-           "schedule of any number of stages costs 1 compile (training chunk and its "
-           "evaluation in one program). In (a, b) success is the sampled policy's on "
-           f"fresh episodes at the target length; intervals are 95% t-intervals over "
-           f"seeds; steps to {level:.0%} only over the seeds that reached it.", ""]
-  for part, title in (("a", "(a) KeyChain, long target"),
-                      ("b1", "(b1) KeyChain with a cue_delay dependency"),
-                      ("b2", "(b2) KeyToDoor, growing distractor phase"),
-                      ("c", "(c) manager/worker vs flat GRPO and PPO, equal env steps "
-                            "(training success of the sampled policy)")):
-    if part not in summary["parts"]:
-      continue
-    lines += [f"## {title}", ""]
-    rows = []
-    for setting, methods in summary["parts"][part].items():
-      for m, r in methods.items():
-        rows.append([setting, m, f"{r['reached']}/{r['seeds']}",
-                     _fmt(r["steps_to_level"], 1e3, suffix="k"),
-                     f"{r['budget'] / 1e3:.3g}k", _fmt(r["success_at_budget"]),
-                     _fmt(r["final_success"]), f"{r['final_env_steps'] / 1e3:.3g}k"])
-    lines += report.table(
-        ["setting", "method", f"seeds at {level:.0%}", f"env steps to {level:.0%}",
-         "equal budget", "success at budget", "final success", "final env steps"], rows)
-    lines.append("")
-    lines.append(f"![{part}](curves_{part}.png)")
-    lines.append("")
-  if "solved" in summary:
-    lines += ["Largest distractor length solved (mean final success >= "
-              f"{level:.0%}): " + ", ".join(f"{m}: {v}" for m, v in
-                                            summary["solved"].items()), ""]
-  lines.append(report.wall_time(summary["wall_seconds"]))
-  return "\n".join(lines)
+def summarize(results: Dict[str, dict], level: float, workdir: str,
+              part_seconds: Dict[str, float], wall_seconds: float) -> dict:
+  """Figures, metrics.jsonl, summary.json and summary.md from the parts' curves
+  `results` (`{part: {setting: {method: curve}}}`); returns the summary."""
+  summary = {"parts": {}, "derived": {}, "part_seconds": dict(part_seconds),
+             "level": level}
+  records = []
+  # float64 throughout, so that `resummarize` (curves read back from JSON) gives the
+  # same numbers as the run itself.
+  results = {p: {s: {m: {k: (v if k == "compiles" else np.asarray(v, np.float64))
+                         for k, v in cv.items()} for m, cv in res.items()}
+                 for s, res in part.items()} for p, part in results.items()}
+  for name, res in results.items():
+    summary["parts"][name] = {s: compare(cv, level) for s, cv in res.items()}
+    summary["derived"][name] = derived(name, res, level)
+    for s, cv in res.items():
+      records += _records(name, s, cv)
+    fig, axes = report.figure(1, len(res), figsize=(4.2 * len(res), 3.6))
+    for ax, (s, cv) in zip(axes[0], res.items()):
+      plot(ax, cv, f"({name}) {s}")
+    report.save_figure(fig, workdir, f"curves_{name}.png")
+  if "b2" in summary["parts"]:
+    solved = {}
+    for m in next(iter(summary["parts"]["b2"].values())):
+      ok = [int(s.split("=")[1]) for s, r in summary["parts"]["b2"].items()
+            if r[m]["final_success"][0] >= level]
+      solved[m] = max(ok) if ok else "none"
+    summary["solved"] = solved
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    for r in records:
+      f.write(json.dumps(r) + "\n")
+  summary["wall_seconds"] = wall_seconds
+  return report.write_summary(workdir, summary, summary_markdown(summary, level))
 
 
 def run(config, workdir: str, log=print) -> dict:
@@ -363,31 +364,42 @@ def run(config, workdir: str, log=print) -> dict:
   os.makedirs(workdir, exist_ok=True)
   watch = report.Stopwatch()
   key = jax.random.PRNGKey(int(config.seed))
-  summary = {"parts": {}, "level": config.level}
-  records = []
+  results, seconds = {}, {}
   parts = (("a", part_a), ("b1", part_b1), ("b2", part_b2),
            ("c", curriculum_hierarchy.part_c))
   for name, fn in parts:
     if not config[name].methods:
       continue
-    results = fn(config, jax.random.fold_in(key, ord(name[-1])), log)
-    summary["parts"][name] = {s: compare(cv, config.level) for s, cv in results.items()}
-    for s, cv in results.items():
-      records += _records(name, s, cv)
-    fig, axes = report.figure(1, len(results), figsize=(4.2 * len(results), 3.6))
-    for ax, (s, cv) in zip(axes[0], results.items()):
-      plot(ax, cv, f"({name}) {s}")
-    report.save_figure(fig, workdir, f"curves_{name}.png")
+    start = watch.seconds()
+    results[name] = fn(config, jax.random.fold_in(key, ord(name[-1])), log)
+    seconds[name] = watch.seconds() - start
     log(f"part {name} done at {watch.seconds():.0f}s")
-  if "b2" in summary["parts"]:
-    solved = {}
-    for m in config.b2.methods:
-      ok = [int(s.split("=")[1]) for s, r in summary["parts"]["b2"].items()
-            if r[m]["final_success"][0] >= config.level]
-      solved[m] = max(ok) if ok else "none"
-    summary["solved"] = solved
-  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
-    for r in records:
-      f.write(json.dumps(r) + "\n")
-  summary["wall_seconds"] = watch.seconds()
-  return report.write_summary(workdir, summary, summary_markdown(summary, config.level))
+  return summarize(results, float(config.level), workdir, seconds, watch.seconds())
+
+
+def resummarize(run_dir: str, workdir: str) -> dict:
+  """Recomputes every figure, table and verdict of a finished run in `run_dir` from its
+  metrics.jsonl (the curves; no training) into `workdir`, keeping its level, wall time
+  and seconds per part: for a run made before a measurement was added.
+
+    python3 -c "from credit_jax.experiments import curriculum as c; c.resummarize('RUN', 'OUT')"
+  """
+  old = report.read_summary(run_dir)
+  results = {}
+  with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+    for line in f:
+      r = json.loads(line)
+      cv = results.setdefault(r["part"], {}).setdefault(r["setting"], {}).setdefault(
+          r["method"], {"compiles": 1})
+      for k in ("env_steps", "success") + EXTRA_CURVES:
+        if k in r:
+          cv.setdefault(k, []).append(r[k])
+  for res in results.values():
+    for methods in res.values():
+      for cv in methods.values():
+        for k, v in cv.items():
+          if k != "compiles":
+            cv[k] = np.asarray(v, np.float64)
+  os.makedirs(workdir, exist_ok=True)
+  return summarize(results, float(old["level"]), workdir, old.get("part_seconds", {}),
+                   float(old["wall_seconds"]))
