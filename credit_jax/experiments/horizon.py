@@ -417,4 +417,5 @@ def run(config, workdir: str, log=print) -> dict:
   summary["load_average"] = list(os.getloadavg())
   horizon_report.write_results(cells, config, workdir)
   horizon_report.figures(cells, config, workdir)
+  summary["gae_figure"] = horizon_report.gae_figure(cells, workdir) is not None
   return report.write_summary(workdir, summary, horizon_report.markdown(summary, config))
