@@ -18,10 +18,10 @@ Variants:
       reports): 8 seeds, T in {10, 30, 100, 300, 1000}, 150 updates per cell (9,600 T env
       steps per seed), REINFORCE, GRPO K = 8 and 32, PPO + GAE with the MLP critic at
       (1, 1), (1, 0.95), (0.999, 0.95), the oracle-state and the history (GRU) critic at
-      (1, 0.95); lr swept per family at T = 100 over {1e-3, 3e-3, 1e-2, 3e-2}. Not in
-      it: gamma 0.99, the GRU actor-critic, T = 3000 (run with overrides for the fastest
-      methods) and 10^4. Run in pieces with --config.methods / --config.horizons
-      overrides on one workdir (the doc lists them).
+      (1, 0.95); lr swept per family at T = 100 over {1e-3, 3e-3, 1e-2, 3e-2} (8 seeds,
+      60 updates). Not in it: gamma 0.99, the GRU actor-critic, T = 3000 (run with
+      overrides for the fastest methods) and 10^4. Run in pieces with --config.methods /
+      --config.horizons overrides on one workdir (docs/horizon_study.md lists them).
   "smoke": seconds; what the tests run.
 Every field is documented in credit_jax/experiments/horizon.py's default_config().
 """
@@ -57,6 +57,7 @@ def get_config(arg=None):
     c.lr_sweep.methods = ("reinforce", "grpo_k8", "ppo_mlp_g1_l1")
     c.gae_gradient_every = 10
     c.budget_updates = 150
+    c.budget_env_steps = 40_000_000   # as :full; binds above T = 4166
   elif arg == "smoke":
     c.seeds, c.episodes, c.hidden_sizes = 2, 8, (8,)
     c.horizons = (4, 8)
