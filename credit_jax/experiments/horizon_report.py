@@ -155,6 +155,15 @@ def cell_table(cells: List[dict], config) -> List[str]:
        "wall s"], rows)
 
 
+def _legend_all(axes) -> None:
+  """One legend on the first panel with every method drawn in any panel."""
+  handles = {}
+  for ax in axes.flat:
+    for h, label in zip(*ax.get_legend_handles_labels()):
+      handles.setdefault(label, h)
+  axes.flat[0].legend(list(handles.values()), list(handles), fontsize=7)
+
+
 def figures(cells: List[dict], config, workdir: str) -> None:
   """success_vs_steps.png and steps_to_level.png."""
   horizons = sorted({c["horizon"] for c in cells})
@@ -183,7 +192,7 @@ def figures(cells: List[dict], config, workdir: str) -> None:
                  fontsize=9)
     ax.set_xlabel("env steps per seed")
     ax.set_ylabel("success (sampled policy)")
-  axes.flat[0].legend(fontsize=7)
+  _legend_all(axes)
   report.save_figure(fig, workdir, "success_vs_steps.png")
 
   fig, axes = report.figure(1, 2, figsize=(10, 3.8))
@@ -244,7 +253,7 @@ def gae_figure(cells: List[dict], workdir: str) -> Optional[str]:
     axes[0, j].set_ylim(-1.02, 1.02)
     axes[0, j].set_title(f"T={t}: GAE gradient under the trained critic", fontsize=9)
     axes[1, j].set_yscale("log")
-  axes[0, 0].legend(fontsize=7)
+  _legend_all(axes)
   return report.save_figure(fig, workdir, "gae_gradient.png")
 
 
