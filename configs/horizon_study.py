@@ -14,6 +14,14 @@ Variants:
       history (GRU) critic and the GRU actor-critic, a learning-rate sweep per family at
       T = 100, the remedy run up to T = 10^4. GPU-sized: on 2 loaded CPU cores even a
       4-seed subset of it takes over an hour (docs/horizon_study.md says what ran).
+  "cpu": the part of "full" that fits 2 CPU cores in ~1.5 h (what docs/horizon_study.md
+      reports): 8 seeds, T in {10, 30, 100, 300, 1000}, 150 updates per cell (9,600 T env
+      steps per seed), REINFORCE, GRPO K = 8 and 32, PPO + GAE with the MLP critic at
+      (1, 1), (1, 0.95), (0.999, 0.95), the oracle-state and the history (GRU) critic at
+      (1, 0.95); lr swept per family at T = 100 over {1e-3, 3e-3, 1e-2, 3e-2} (8 seeds,
+      60 updates). Not in it: gamma 0.99, the GRU actor-critic, T = 3000 (run with
+      overrides for the fastest methods) and 10^4. Run in pieces with --config.methods /
+      --config.horizons overrides on one workdir (docs/horizon_study.md lists them).
   "smoke": seconds; what the tests run.
 Every field is documented in credit_jax/experiments/horizon.py's default_config().
 """
@@ -21,7 +29,7 @@ from credit_jax.experiments import horizon
 
 
 def get_config(arg=None):
-  """Returns the study config; `arg` picks a variant ("small" default, "full", "smoke")."""
+  """Returns the study config; `arg` picks a variant ("small" default, "full", "cpu", "smoke")."""
   c = horizon.default_config()
   if arg in (None, "", "small"):
     pass
@@ -39,6 +47,17 @@ def get_config(arg=None):
     c.lr_sweep.families = ("reinforce", "grpo", "ppo")
     c.lr_sweep.methods = ("reinforce", "grpo_k8", "ppo_mlp_g1_l1")
     c.budget_env_steps = 40_000_000
+  elif arg == "cpu":
+    c.seeds = 8
+    c.horizons = (10, 30, 100, 300, 1000)
+    c.methods = ("reinforce", "grpo_k8", "grpo_k32", "ppo_mlp_g1_l1", "ppo_mlp_g1_l0.95",
+                 "ppo_oracle_g1_l0.95", "ppo_hist_g1_l0.95", "ppo_mlp_g0.999_l0.95")
+    c.lr_sweep.candidates = (1e-3, 3e-3, 1e-2, 3e-2)
+    c.lr_sweep.families = ("reinforce", "grpo", "ppo")
+    c.lr_sweep.methods = ("reinforce", "grpo_k8", "ppo_mlp_g1_l1")
+    c.gae_gradient_every = 10
+    c.budget_updates = 150
+    c.budget_env_steps = 40_000_000   # as :full; binds above T = 4166
   elif arg == "smoke":
     c.seeds, c.episodes, c.hidden_sizes = 2, 8, (8,)
     c.horizons = (4, 8)
@@ -50,5 +69,5 @@ def get_config(arg=None):
     c.transfer.method, c.transfer.train_horizon = "grpo_k4", 4
     c.transfer.targets, c.transfer.eval_episodes = (16,), 4
   else:
-    raise ValueError(f"unknown variant {arg!r}; use 'small' (default), 'full' or 'smoke'")
+    raise ValueError(f"unknown variant {arg!r}; use 'small' (default), 'full', 'cpu' or 'smoke'")
   return c

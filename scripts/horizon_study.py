@@ -4,9 +4,10 @@
 
 Writes results.csv, results.md, summary.json, summary.md, success_vs_steps.png and
 steps_to_level.png into --workdir; a rerun of the same command skips finished cells. All
-logic lives in credit_jax/experiments/horizon.py.
+logic lives in credit_jax/experiments/horizon.py (exported under this script's name by
+credit_jax/experiments/horizon_study.py).
 """
-from credit_jax.experiments import cli, horizon
+from credit_jax.experiments import cli, horizon_study
 
 if __name__ == "__main__":
-  cli.main(horizon)
+  cli.main(horizon_study)

@@ -117,11 +117,12 @@ def test_config_errors_name_the_field(field, value, match):
 
 def test_variants_validate_and_the_default_is_small():
   assert study_config("small").to_dict() == horizon.default_config().to_dict()
-  for v in ("small", "smoke", "full"):
+  for v in ("small", "smoke", "full", "cpu"):
     horizon.validate_config(study_config(v))
-  full = study_config("full")
-  assert full.seeds >= 8 and study_config("small").seeds >= 4
+  full, cpu = study_config("full"), study_config("cpu")
+  assert full.seeds >= 8 and cpu.seeds >= 8 and study_config("small").seeds >= 4
   assert {"grpo_k8", "grpo_k32", "reinforce"} <= set(full.methods)
+  assert set(cpu.methods) <= set(full.methods) and set(cpu.horizons) <= set(full.horizons)
   with pytest.raises(ValueError, match="unknown variant"):
     study_config("huge")
 
@@ -193,7 +194,7 @@ def test_end_to_end_files_and_consistency(resumed_run):
     assert f.read().startswith("# Horizon study")
 
 
-def test_ppo_cell_records_the_gae_gradient_measurement():
+def test_ppo_cell_records_the_gae_gradient_measurement(tmp_path):
   config = study_config("smoke")
   config.chunk_updates, config.gae_gradient_every = 2, 2
   cfg = horizon_methods.recipe_config("ppo_oracle_g1_l0.95", 4, config, 1e-2, 2)
@@ -207,6 +208,12 @@ def test_ppo_cell_records_the_gae_gradient_measurement():
   assert all(-1.0 <= v <= 1.0 for v in vals)
   g = horizon_report.gae_grad_summary(res)
   assert g["bias"]["first_update"] == 0 and np.isfinite(g["bias"]["first"][0])
+  assert -1.0 <= g["cosine_debiased"]["first"][0] <= 1.0
+  assert 0.0 < g["objective"]["first"][0] < 1.0   # exact J of an untrained policy
+  path = horizon_report.gae_figure([res], str(tmp_path))
+  with open(path, "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  assert horizon_report.gae_figure([dict(res, gae_grad={})], str(tmp_path)) is None
   with pytest.raises(ConfigError, match="config.gae_gradient_every"):
     config.gae_gradient_every = 3
     horizon.validate_config(config)

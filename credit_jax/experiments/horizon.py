@@ -416,5 +416,7 @@ def run(config, workdir: str, log=print) -> dict:
   summary["cells_wall_seconds"] = float(sum(c["compile_s"] + c["run_s"] for c in cells))
   summary["load_average"] = list(os.getloadavg())
   horizon_report.write_results(cells, config, workdir)
-  horizon_report.figures(cells, config, workdir)
+  if cells:   # (a run with new_cells=False on a fresh workdir: the lr sweep alone)
+    horizon_report.figures(cells, config, workdir)
+  summary["gae_figure"] = horizon_report.gae_figure(cells, workdir) is not None
   return report.write_summary(workdir, summary, horizon_report.markdown(summary, config))

@@ -51,7 +51,8 @@ def slope_interval(horizons: Sequence[float], updates: Sequence[float]) -> dict:
   return out
 
 
-GAE_STATS = ("bias", "cosine", "variance_along", "variance")
+GAE_STATS = ("bias", "cosine", "cosine_debiased", "noise", "objective", "variance_along",
+             "variance")
 
 
 def gae_grad_summary(cell: dict) -> dict:
@@ -154,6 +155,15 @@ def cell_table(cells: List[dict], config) -> List[str]:
        "wall s"], rows)
 
 
+def _legend_all(axes) -> None:
+  """One legend on the first panel with every method drawn in any panel."""
+  handles = {}
+  for ax in axes.flat:
+    for h, label in zip(*ax.get_legend_handles_labels()):
+      handles.setdefault(label, h)
+  axes.flat[0].legend(list(handles.values()), list(handles), fontsize=7)
+
+
 def figures(cells: List[dict], config, workdir: str) -> None:
   """success_vs_steps.png and steps_to_level.png."""
   horizons = sorted({c["horizon"] for c in cells})
@@ -182,7 +192,7 @@ def figures(cells: List[dict], config, workdir: str) -> None:
                  fontsize=9)
     ax.set_xlabel("env steps per seed")
     ax.set_ylabel("success (sampled policy)")
-  axes.flat[0].legend(fontsize=7)
+  _legend_all(axes)
   report.save_figure(fig, workdir, "success_vs_steps.png")
 
   fig, axes = report.figure(1, 2, figsize=(10, 3.8))
@@ -209,6 +219,42 @@ def figures(cells: List[dict], config, workdir: str) -> None:
                  "budget", fontsize=9)
   axes[0, 0].legend(fontsize=7)
   report.save_figure(fig, workdir, "steps_to_level.png")
+
+
+def gae_figure(cells: List[dict], workdir: str) -> Optional[str]:
+  """gae_gradient.png: the measured GAE gradient's debiased cosine with KeyChain's exact
+  gradient and the exact success probability J against the update, a column per T, a
+  line per PPO method (seed mean, 95% band). None (no file) when nothing was measured."""
+  measured = [c for c in cells if c.get("gae_grad", {}).get("gae_grad_cosine_debiased")]
+  if not measured:
+    return None
+  horizons = sorted({c["horizon"] for c in measured})
+  methods = list(dict.fromkeys(c["method"] for c in measured))
+  colors = {m: f"C{i % 10}" for i, m in enumerate(methods)}
+  fig, axes = report.figure(2, len(horizons), figsize=(3.6 * len(horizons), 5.6))
+  for j, t in enumerate(horizons):
+    for c in (c for c in measured if c["horizon"] == t):
+      for i, (stat, label) in enumerate((("cosine_debiased", "debiased cos(E g, grad J)"),
+                                         ("objective", "exact success probability J"))):
+        points = c["gae_grad"].get("gae_grad_" + stat, [])
+        if not points:
+          continue
+        u = np.array([p[0] for p in points], np.float64)
+        y = np.array([p[1] for p in points], np.float64)                 # [P, S]
+        m, h = report.t_interval(y, axis=1)
+        ax = axes[i, j]
+        ax.plot(u, m, color=colors[c["method"]], label=c["method"], marker="o", ms=3)
+        if y.shape[1] > 1:
+          ax.fill_between(u, m - np.nan_to_num(h), m + np.nan_to_num(h),
+                          color=colors[c["method"]], alpha=0.15)
+        ax.set_ylabel(label, fontsize=8)
+        ax.set_xlabel("update")
+    axes[0, j].axhline(0.0, color="k", lw=0.5, ls=":")
+    axes[0, j].set_ylim(-1.02, 1.02)
+    axes[0, j].set_title(f"T={t}: GAE gradient under the trained critic", fontsize=9)
+    axes[1, j].set_yscale("log")
+  _legend_all(axes)
+  return report.save_figure(fig, workdir, "gae_gradient.png")
 
 
 def markdown(summary: dict, config) -> str:
@@ -254,17 +300,26 @@ def markdown(summary: dict, config) -> str:
     for t, r in per_t.items():
       g = r.get("gae_grad") or {}
       if "bias" in g:
+        extra = [_fmt(g[k][w]) if k in g else "-" for k, w in (
+            ("cosine_debiased", "first"), ("cosine_debiased", "last"),
+            ("noise", "first"), ("objective", "first"), ("objective", "last"))]
         gae_rows.append([m, t, f"{g['bias']['first_update']} / {g['bias']['last_update']}",
                          _fmt(g["bias"]["first"]), _fmt(g["bias"]["last"]),
-                         _fmt(g["cosine"]["first"]), _fmt(g["cosine"]["last"])])
+                         _fmt(g["cosine"]["first"]), _fmt(g["cosine"]["last"])] + extra)
   if gae_rows:
     lines += ["", "## GAE gradient vs KeyChain's exact gradient, under the trained critic",
-              "", "Relative bias ||E g - grad J|| / ||grad J|| and cosine, at the first "
-              "and last measured update (credit_jax/gae_gradient.py).", ""]
+              "", "Relative bias ||E g - grad J|| / ||grad J||, cosine (raw and debiased), "
+              "the batch mean's noise relative to ||grad J|| and the exact success "
+              "probability J, at the first and last measured update "
+              "(credit_jax/gae_gradient.py).", ""]
     lines += report.table(["method", "T", "updates", "bias first", "bias last",
-                           "cosine first", "cosine last"], gae_rows)
+                           "cosine first", "cosine last", "debiased cos first",
+                           "debiased cos last", "noise first", "J first", "J last"],
+                          gae_rows)
   lines += ["", "## Cells", "", "![success](success_vs_steps.png)", "",
             "![steps](steps_to_level.png)", ""]
+  if summary.get("gae_figure"):
+    lines += ["![GAE gradient](gae_gradient.png)", ""]
   lines += ["(full table: results.md; per seed: results.csv)", ""]
   tr = summary.get("transfer")
   if tr:
