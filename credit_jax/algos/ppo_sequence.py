@@ -170,7 +170,7 @@ def values_and_advantages(network, params, traj, start_state, next_obs, next_sta
 
 
 def gru_values_and_advantages(network, params, traj, next_obs, next_state, gamma,
-                              gae_lambda, method="auto"):
+                              gae_lambda, method="auto", max_truncations=None):
   """`values_and_advantages` for a GRU from the values and carries its rollout stored.
 
   Args:
@@ -178,6 +178,10 @@ def gru_values_and_advantages(network, params, traj, next_obs, next_state, gamma
       `make_sequence_policy(network, value=True, carry=True)`: extras "value" [T, B]
       and "carry" (leaves [T, B, H]: the hidden state after each step, before a reset).
     next_obs: [B, *obs_shape] and next_state: `PolicyState` after the window.
+    max_truncations: None, or an int `k` no environment's truncated steps exceed
+      (`rollout.max_truncations`): the final observations are then valued at the first
+      `k` truncated steps of each environment only (`k B` rows instead of `T B`); a
+      column with more gets NaN advantages, as in `ppo.advantages_with_boundaries`.
   Returns:
     `(advantages [T, B], values [T, B])`. The values are the rollout's; a truncated step
     bootstraps from its final observation stepped from the hidden state after the step
@@ -195,10 +199,31 @@ def gru_values_and_advantages(network, params, traj, next_obs, next_state, gamma
   if jnp.shape(values) != (num_steps, batch):
     raise ValueError(f"traj.extras['value'] must be [T, B] = {(num_steps, batch)}, got "
                      f"{jnp.shape(values)}")
-  xp, w_h, b_h = network.apply(params, traj.final_obs, traj.actions, traj.rewards,
-                               method="project")                         # [T, B, K, 3H]
-  after = gru.step(w_h, b_h, network.stack(traj.extras["carry"]), xp)
-  final_values = network.apply(params, network.unstack(after), method="heads")[1]
+  if max_truncations is not None and (int(max_truncations) != max_truncations
+                                      or max_truncations < 0):
+    raise ValueError(f"max_truncations must be None or an int >= 0, got {max_truncations}")
+
+  def value_after(final_obs, actions, rewards, carry):   # leaves [N, B, ...] -> [N, B]
+    xp, w_h, b_h = network.apply(params, final_obs, actions, rewards, method="project")
+    after = gru.step(w_h, b_h, network.stack(carry), xp)
+    return network.apply(params, network.unstack(after), method="heads")[1]
+
+  final = (traj.final_obs, traj.actions, traj.rewards, traj.extras["carry"])
+  hits = None
+  if max_truncations is None or max_truncations >= num_steps:
+    final_values = value_after(*final)                                   # [T, B]
+  else:   # the j-th truncated step of each column (j < k), gathered, then scattered back
+    rank = jnp.cumsum(traj.truncated.astype(jnp.int32), axis=0)         # [T, B]
+    hits = [jnp.logical_and(traj.truncated, rank == j + 1)
+            for j in range(int(max_truncations))]
+    final_values = jnp.zeros((num_steps, batch), values.dtype)
+    if hits:
+      rows = jnp.stack([jnp.argmax(h, axis=0) for h in hits])           # [k, B]
+      take = lambda x: jnp.take_along_axis(
+          x, rows.reshape(rows.shape + (1,) * (x.ndim - 2)), axis=0)     # [k, B, ...]
+      v_final = value_after(*jax.tree.map(take, final))                  # [k, B]
+      for j, h in enumerate(hits):
+        final_values = jnp.where(h, v_final[j][None], final_values)
   _, _, next_values = jax.vmap(lambda c, o, a, r: network.apply(
       params, c, o, a, r, method="step"))(next_state.carry, next_obs,
                                           next_state.prev_action, next_state.prev_reward)
@@ -206,6 +231,9 @@ def gru_values_and_advantages(network, params, traj, next_obs, next_state, gamma
   advantages = cj.gae(traj.rewards, jnp.full_like(traj.rewards, gamma), values_tp1,
                       gae_lambda, terminated=traj.terminated, truncated=traj.truncated,
                       final_values=final_values, method=method)
+  if hits is not None:
+    overflow = jnp.sum(traj.truncated, axis=0) > len(hits)               # [B]
+    advantages = jnp.where(overflow[None], jnp.nan, advantages)
   return advantages, values
 
 
@@ -232,6 +260,7 @@ def make_train(config, hparam_names, n_updates: int) -> common.Train:
   with_success = episodes.has_success(config)
   clip_value = bool(config.clip_value_loss)
   gae_method = str(config.gae_method)
+  max_truncations = rollout.max_truncations(env, env_params, num_steps)
 
   def init_fn(key, hp):
     k_params, k_env, k_run = jax.random.split(key, 3)
@@ -259,7 +288,7 @@ def make_train(config, hparam_names, n_updates: int) -> common.Train:
     if rollout_values:
       advantages, values = gru_values_and_advantages(
           network, params, traj, obs, policy_state, hp["gamma"], hp["gae_lambda"],
-          gae_method)
+          gae_method, max_truncations)
       prev_a, prev_r, starts = rollout.sequence_inputs(traj, start_state)
     else:
       advantages, values, (prev_a, prev_r, starts) = values_and_advantages(
