@@ -22,11 +22,12 @@
     hidden state at every L-th step, and the loss replays each L-step chunk of a window
     from the hidden state stored at its start, all chunks of a minibatch side by side
     (a scan of L steps over `E * T / L` sequences instead of T steps over E). The
-    forward numbers are the full replay's (the stored states are the rollout's, so at
-    the first minibatch of an update the ratio is 1); the gradient stops at chunk
-    boundaries (a stored state is data, as the window's first carry always is), so
-    credit reaches back at most L - 1 steps through the memory. `bptt_chunk = T` is the
-    default path;
+    forward numbers are the full replay's up to float rounding (the stored states are
+    the rollout's, so at the first minibatch of an update the ratio is 1); the gradient
+    stops at chunk boundaries (a stored state is data, as the window's first carry
+    always is), so credit reaches back at most L - 1 steps through the memory.
+    `bptt_chunk = T` is the default path. On a 2-core CPU it cut wall time only under
+    load, not CPU work (BENCHMARKS.md);
   * GAE is unchanged: a truncated step bootstraps from the value of its final
     observation read as the next token of its episode (the memory at that step), the
     last step from the value of the next window's first observation;
