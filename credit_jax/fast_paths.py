@@ -21,6 +21,11 @@ on a 2-core CPU (BENCHMARKS.md) are used:
   numbers differ from the run with the switch off (its statistics are tested in
   tests/test_algos.py).
 
+The GRU of `credit_jax/sequence_networks.py` has fast paths of its own, equal up to float
+rounding: written-out tanh/sigmoid and a hand-written backward (`credit_jax/gru.py`), and
+GRU PPO's GAE reading the values its rollout computed instead of replaying the window
+(`credit_jax/algos/ppo_sequence.py`).
+
 The switch is read when a function is traced. Functions already traced or compiled (a
 `jax.jit` wrapper called before, a `.compile()`d executable) keep what they were traced
 with; call `make_train` and `jax.jit` again after flipping it. Nothing here runs at import.

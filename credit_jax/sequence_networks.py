@@ -340,15 +340,19 @@ def unroll(network: nn.Module, params, carry, obs: Array, prev_actions: Array,
   return logits, values, network.apply(params, after, method="heads")[1]
 
 
-def make_sequence_policy(network: nn.Module, value: bool = True) -> SequencePolicy:
+def make_sequence_policy(network: nn.Module, value: bool = True,
+                         carry: bool = False) -> SequencePolicy:
   """Wraps a sequence network as a `SequencePolicy` that samples its actions.
 
   `act(params, carry, obs, prev_action, prev_reward, noise) -> (carry, action [],
-  log_prob [], extras)` for one environment; extras `{"value": []}` with `value`, else
-  `{}`. The noise is `networks.categorical_noise`, so actions are those of sampling
-  the logits with each step's key.
+  log_prob [], extras)` for one environment; extras `{"value": []}` with `value`, and
+  `{"carry": ...}` (the carry after the step, before any episode reset) with `carry`,
+  else `{}`. The noise is `networks.categorical_noise`, so actions are those of sampling
+  the logits with each step's key. Keep `carry` for small carries (a GRU's `[H]`): the
+  rollout stores it at every step.
   """
   num_actions = int(network.num_actions)
+  keep_carry = bool(carry)
 
   def draw(key):
     return networks.categorical_noise(key, num_actions)
@@ -358,6 +362,9 @@ def make_sequence_policy(network: nn.Module, value: bool = True) -> SequencePoli
                                      method="step")
     action = networks.categorical_sample_with_noise(logits, noise)
     log_prob = networks.categorical_log_prob(logits, action)
-    return carry, action, log_prob, ({"value": v} if value else {})
+    extras = {"value": v} if value else {}
+    if keep_carry:
+      extras["carry"] = carry
+    return carry, action, log_prob, extras
 
   return SequencePolicy(initial_carry=network.initial_carry, draw=draw, act=act)

@@ -17,8 +17,14 @@ the median of the per-round ratios):
    the GRU: >= 0.3 of the MLP's steps/s. Every row is traced with `credit_jax.fast_paths`
    on (as `scripts/train.py` does on CPU) except "gru (plain)", the same GRU PPO traced
    with them off (jax's tanh/sigmoid and autodiff through the loop, see
-   `credit_jax/gru.py`): the fast paths benchmarked both ways. `--old_sequence_networks=FILE`
-   adds the GRU built by a previous version of `credit_jax/sequence_networks.py`.
+   `credit_jax/gru.py`, and GAE's values from a replay of the window instead of the
+   rollout's own, `credit_jax/algos/ppo_sequence.py`): the fast paths benchmarked both
+   ways. `--bptt_chunks=50,100` adds rows "gru, bptt_chunk=L": the fast-path GRU with
+   truncated BPTT in L-step chunks from stored hidden states (`network.bptt_chunk`).
+   `--old_sequence_networks=FILE` adds the GRU built by a previous version of
+   `credit_jax/sequence_networks.py` (run by `--old_ppo_sequence`'s module when given);
+   `--old_ppo_sequence=FILE` the GRU PPO of a previous `credit_jax/algos/ppo_sequence.py`
+   (fast paths on), e.g. the one before GAE read the rollout's values.
 2. Transformer acting cost per step at episode step 10 vs step 1000 (`--num_envs`
    environments vmapped, d_model 32, 2 heads, 1 layer, `max_len` = 1024 so the whole
    episode is in the attention window):
@@ -47,6 +53,15 @@ _OLD = flags.DEFINE_string(
     "optional: a previous credit_jax/sequence_networks.py (e.g. `git show "
     "7467963:credit_jax/sequence_networks.py > /tmp/old_sn.py`); adds a row 'gru (old)' "
     "whose PPO uses its networks, timed in the same rounds (before/after in one run)")
+
+_CHUNKS = flags.DEFINE_list(
+    "bptt_chunks", [], "optional: GRU rows with network.bptt_chunk = each of these "
+    "(divisors of --horizon), fast paths on")
+_OLD_PPO = flags.DEFINE_string(
+    "old_ppo_sequence", None,
+    "optional: a previous credit_jax/algos/ppo_sequence.py (e.g. `git show "
+    "2844eba:credit_jax/algos/ppo_sequence.py > /tmp/old_ppo_seq.py`); adds a row "
+    "'gru (old ppo_sequence)', its GRU PPO with the fast paths on")
 
 SCAN = 16
 
@@ -83,9 +98,14 @@ def _load_module(path, name):
   return module
 
 
-def ppo_programs(num_envs, horizon, updates, old_networks=None):
-  """`{kind: (compiled train, (key,))}` and the compile seconds of each; with
-  `old_networks` (a sequence_networks module) also "gru (old)", PPO's GRU built by it."""
+def ppo_programs(num_envs, horizon, updates, old_networks=None, chunks=(),
+                 old_ppo=None):
+  """`{name: (compiled train, (key,))}` and the compile seconds of each; with
+  `old_networks` (a sequence_networks module) also "gru (old)", PPO's GRU built by it;
+  with `chunks` rows "gru, bptt_chunk=L"; with `old_ppo` (a ppo_sequence module) "gru (old
+  ppo_sequence)", the GRU PPO it builds, and "gru (old)" is built by it too (networks
+  from before 8df80de need a ppo_sequence of their time: the current one stores the
+  GRU's hidden states through `make_sequence_policy(..., carry=True)`)."""
   import jax  # pylint: disable=import-outside-toplevel
   import importlib.util  # pylint: disable=import-outside-toplevel
   import os  # pylint: disable=import-outside-toplevel
@@ -94,12 +114,13 @@ def ppo_programs(num_envs, horizon, updates, old_networks=None):
   ppo_gru_keychain = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(ppo_gru_keychain)
   from credit_jax import algos, fast_paths  # pylint: disable=import-outside-toplevel
-  from credit_jax.algos import ppo_sequence  # pylint: disable=import-outside-toplevel
+  from credit_jax.algos import ppo, ppo_sequence  # pylint: disable=import-outside-toplevel
   fns, compile_s = {}, {}
-  names = (("mlp", "gru", "gru (plain)") + (("gru (old)",) if old_networks else ())
-           + ("transformer",))
+  names = (("mlp", "gru", "gru (plain)") + tuple(f"gru, bptt_chunk={int(n)}" for n in chunks)
+           + (("gru (old ppo_sequence)",) if old_ppo else ())
+           + (("gru (old)",) if old_networks else ()) + ("transformer",))
   for name in names:
-    kind = name.split()[0]
+    kind = name.split()[0].rstrip(",")
     c = ppo_gru_keychain.get_config()
     c.env_kwargs.horizon, c.num_steps, c.num_envs = horizon, horizon, num_envs
     c.num_minibatches, c.update_epochs = 2, 2
@@ -107,15 +128,23 @@ def ppo_programs(num_envs, horizon, updates, old_networks=None):
     c.network.kind = kind
     if kind == "mlp":
       c.network.hidden_sizes = (64, 64)
+    if "bptt_chunk=" in name:
+      c.network.bptt_chunk = int(name.split("=")[1])
     key = jax.random.PRNGKey(0)
     start = time.perf_counter()
-    current = ppo_sequence.sn
-    ppo_sequence.sn = old_networks if name == "gru (old)" else current
+    old_row = name in ("gru (old)", "gru (old ppo_sequence)")
+    module = old_ppo if old_row and old_ppo else ppo_sequence
+    current = module.sn
+    module.sn = old_networks if name == "gru (old)" else current
     try:
       with fast_paths.use(name != "gru (plain)"):
-        fn = jax.jit(algos.make_train(c)).lower(key).compile()
+        if old_row:
+          train = module.make_train(c, ppo.HPARAMS, ppo.num_updates(c))
+        else:
+          train = algos.make_train(c)
+        fn = jax.jit(train).lower(key).compile()
     finally:
-      ppo_sequence.sn = current
+      module.sn = current
     jax.block_until_ready(fn(key))
     compile_s[name] = time.perf_counter() - start
     fns[name] = (fn, (key,))
@@ -176,7 +205,9 @@ def main(argv):
         f"{repeats} alternating rounds, medians, compile excluded")
 
   old = _load_module(_OLD.value, "old_sequence_networks") if _OLD.value else None
-  ppo, compile_s = ppo_programs(num_envs, horizon, _UPDATES.value, old)
+  old_ppo = _load_module(_OLD_PPO.value, "old_ppo_sequence") if _OLD_PPO.value else None
+  chunks = [int(n) for n in _CHUNKS.value]
+  ppo, compile_s = ppo_programs(num_envs, horizon, _UPDATES.value, old, chunks, old_ppo)
   times = _rounds(ppo, repeats)
   env_steps = _UPDATES.value * num_envs * horizon
   print(f"\nPPO on KeyChain-v0 T={horizon} (k=2, A=2, cue_delay=16), {num_envs} envs x "
@@ -190,6 +221,12 @@ def main(argv):
           f"{_paired(times, 'mlp', kind):.3f} | {compile_s[kind]:.1f} |")
   print(f"GRU PPO, fast paths on over off (median of paired ratios): "
         f"{_paired(times, 'gru (plain)', 'gru'):.2f}x")
+  for n in chunks:
+    print(f"GRU PPO, bptt_chunk={n} over the whole window (median of paired ratios): "
+          f"{_paired(times, 'gru', f'gru, bptt_chunk={n}'):.2f}x")
+  if old_ppo:
+    print(f"GRU PPO over the old ppo_sequence (median of paired ratios): "
+          f"{_paired(times, 'gru (old ppo_sequence)', 'gru'):.2f}x")
   if old:
     print(f"GRU speed-up over the old networks (median of paired ratios): "
           f"{_paired(times, 'gru (old)', 'gru'):.2f}x")

@@ -77,6 +77,7 @@ def default_config() -> ml_collections.ConfigDict:
 
   common.add_network_kind(c)      # network.kind (mlp | gru | transformer) and its fields
   ppo_critics.add_critic_fields(c)  # network.critic_kind, network.critic_oracle
+  ppo_sequence.add_fields(c)      # network.bptt_chunk (GRU truncated BPTT; 0: off)
 
   c.chunk_updates = 61            # updates per compiled call (one progress line each)
   c.checkpoint_every = 244        # updates between checkpoints (k * chunk_updates)

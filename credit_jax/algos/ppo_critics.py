@@ -88,6 +88,9 @@ def validate_fields(config) -> None:
   gae_gradient.validate_config(config)
   if not separate_critic(config):
     return
+  req(not ppo_sequence.bptt_chunk(config), "network.bptt_chunk",
+      "truncated BPTT is for PPO's own GRU (network.critic_kind 'same', critic_oracle "
+      "False); set it to 0 with a critic of its own")
   if "sequence" in _layout(config):
     ppo_sequence.validate_config(config)
   if oracle:

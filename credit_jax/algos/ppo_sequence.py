@@ -5,10 +5,29 @@
 
   * the rollout carries the network's memory (`rollout.collect` with a `PolicyState`),
     and the train state keeps the `PolicyState` at the start of the next window;
-  * values and the loss replay each environment's window from the carry stored at its
-    start (`sequence_networks.unroll`), the memory reset where an episode starts inside
-    the window; with the parameters that acted, the replay's log-probs are the
-    rollout's (up to float rounding);
+  * the loss replays each environment's window from the carry stored at its start
+    (`sequence_networks.unroll`), the memory reset where an episode starts inside the
+    window; with the parameters that acted, the replay's log-probs are the rollout's (up
+    to float rounding);
+  * values for GAE replay the window too (`values_and_advantages`). With
+    `credit_jax.fast_paths` on, a GRU's are read from the rollout instead
+    (`gru_values_and_advantages`: its value head at every step, and the hidden state
+    after every step, from which a truncated step's final observation is valued): the
+    same function of the same numbers without the replay's pass over the window, equal
+    to it up to float rounding (the per-step and the whole-window matmuls round
+    differently; tested). A transformer always replays: its carry, a KV cache, is too
+    large to store at every step;
+  * `network.bptt_chunk = L` (GRU, opt-in; 0, the default, is the whole window):
+    truncated backpropagation through time with stored carries. The rollout keeps the
+    hidden state at every L-th step, and the loss replays each L-step chunk of a window
+    from the hidden state stored at its start, all chunks of a minibatch side by side
+    (a scan of L steps over `E * T / L` sequences instead of T steps over E). The
+    forward numbers are the full replay's up to float rounding (the stored states are
+    the rollout's, so at the first minibatch of an update the ratio is 1); the gradient
+    stops at chunk boundaries (a stored state is data, as the window's first carry
+    always is), so credit reaches back at most L - 1 steps through the memory.
+    `bptt_chunk = T` is the default path. On a 2-core CPU it cut wall time only under
+    load, not CPU work (BENCHMARKS.md);
   * GAE is unchanged: a truncated step bootstraps from the value of its final
     observation read as the next token of its episode (the memory at that step), the
     last step from the value of the next window's first observation;
@@ -17,7 +36,7 @@
 
 Network fields (`config.network`): `kind`; GRU: `hidden_sizes` (encoder MLP),
 `gru_size`, `activation`, `shared_torso`; transformer: `d_model`, `num_heads`,
-`num_layers`, `max_len` (cache slots = attention window).
+`num_layers`, `max_len` (cache slots = attention window); PPO only: `bptt_chunk` (GRU).
 """
 from __future__ import annotations
 
@@ -25,9 +44,20 @@ import jax
 import jax.numpy as jnp
 
 import credit_jax as cj
-from credit_jax import rollout
+from credit_jax import fast_paths, gru, rollout
 from credit_jax import sequence_networks as sn
 from credit_jax.algos import common, episodes, losses
+
+
+def add_fields(c):
+  """Adds PPO's sequence-network field `network.bptt_chunk` (0: whole window) to `c`."""
+  c.network.bptt_chunk = 0           # GRU: >0 = truncated BPTT in chunks of this many steps
+  return c                           # from stored hidden states (divides num_steps); 0 = off
+
+
+def bptt_chunk(config) -> int:
+  """`config.network.bptt_chunk` (0, off, when the config has no such field)."""
+  return int(config.network.get("bptt_chunk", 0) or 0)
 
 
 def network_kwargs(net, kind: str) -> dict:
@@ -62,14 +92,51 @@ def validate_config(config) -> None:
     req(int(net.get(f, default)) >= 1, f"network.{f}", f"must be >= 1, got {net.get(f)}")
   req(int(net.get("d_model", 32)) % int(net.get("num_heads", 2)) == 0, "network.d_model",
       f"must be divisible by network.num_heads={net.get('num_heads', 2)}")
+  chunk = net.get("bptt_chunk", 0) or 0
+  req(int(chunk) == chunk and chunk >= 0, "network.bptt_chunk",
+      f"must be an int >= 0 (0: the whole window), got {chunk!r}")
+  if chunk:
+    req(str(net.kind) == "gru", "network.bptt_chunk",
+        f"truncated BPTT is for network.kind 'gru' (got {net.kind!r}); set it to 0")
+    req(int(config.num_steps) % int(chunk) == 0, "network.bptt_chunk",
+        f"must divide num_steps={config.num_steps}, got {chunk}")
 
 
-def _loss(network, clip_value, params, mb, hp):
-  """PPO's loss on a minibatch of whole sequences `[E, T, ...]` (E environments)."""
+def _loss(network, clip_value, chunk, params, mb, hp):
+  """PPO's loss on a minibatch of whole sequences `[E, T, ...]` (E environments); with
+  `chunk = L` each is replayed as `T / L` chunks from the carries `mb["carry"]` (leaves
+  `[E, T / L, ...]`) stored at their starts, else from `mb["carry"]` (`[E, ...]`)."""
+  seqs = [mb[k] for k in ("obs", "prev_actions", "prev_rewards", "starts")]
+  carry = mb["carry"]
+  lead = mb["starts"].shape                                     # (E, T)
+  if chunk:
+    split = lambda x: x.reshape((lead[0] * (lead[1] // chunk), chunk) + x.shape[2:])
+    seqs = [split(x) for x in seqs]                             # [E T / L, L, ...]
+    carry = jax.tree.map(lambda c: c.reshape((-1,) + c.shape[2:]), carry)
   logits, values, _ = jax.vmap(
-      lambda c, o, pa, pr, s: sn.unroll(network, params, c, o, pa, pr, s))(
-          mb["carry"], mb["obs"], mb["prev_actions"], mb["prev_rewards"], mb["starts"])
+      lambda c, o, pa, pr, s: sn.unroll(network, params, c, o, pa, pr, s))(carry, *seqs)
+  if chunk:
+    logits, values = logits.reshape(lead + logits.shape[2:]), values.reshape(lead)
   return losses.ppo_objective(logits, values, mb, hp, clip_value)
+
+
+def chunk_carries(start_carry, carries, chunk: int):
+  """The carry at the start of every `chunk`-step piece of a window, for truncated BPTT.
+
+  Args:
+    start_carry: the window's first carry, leaves [B, ...].
+    carries: the carry after every step (the rollout's extras "carry"), leaves
+      [T, B, ...], before any episode reset (`unroll` resets where `starts`).
+    chunk: L, dividing T.
+  Returns:
+    leaves [B, T / L, ...]: `start_carry`, then the carry after steps L - 1, 2L - 1, ...
+  """
+  def one(c0, cs):
+    if cs.shape[0] % chunk or cs.shape[1:] != c0.shape:
+      raise ValueError(f"carries must be [T, *start_carry.shape] with T divisible by "
+                       f"chunk={chunk}; got {cs.shape} and start_carry {c0.shape}")
+    return jnp.swapaxes(jnp.concatenate([c0[None], cs[chunk - 1:-1:chunk]]), 0, 1)
+  return jax.tree.map(one, start_carry, carries)
 
 
 def values_and_advantages(network, params, traj, start_state, next_obs, next_state,
@@ -103,18 +170,98 @@ def values_and_advantages(network, params, traj, start_state, next_obs, next_sta
   return advantages, values, inputs
 
 
+def gru_values_and_advantages(network, params, traj, next_obs, next_state, gamma,
+                              gae_lambda, method="auto", max_truncations=None):
+  """`values_and_advantages` for a GRU from the values and carries its rollout stored.
+
+  Args:
+    traj: Trajectory [T, B] from `rollout.collect` with
+      `make_sequence_policy(network, value=True, carry=True)`: extras "value" [T, B]
+      and "carry" (leaves [T, B, H]: the hidden state after each step, before a reset).
+    next_obs: [B, *obs_shape] and next_state: `PolicyState` after the window.
+    max_truncations: None, or an int `k` no environment's truncated steps exceed
+      (`rollout.max_truncations`): the final observations are then valued at the first
+      `k` truncated steps of each environment only (`k B` rows instead of `T B`); a
+      column with more gets NaN advantages, as in `ppo.advantages_with_boundaries`.
+  Returns:
+    `(advantages [T, B], values [T, B])`. The values are the rollout's; a truncated step
+    bootstraps from its final observation stepped from the hidden state after the step
+    (the replay's `final`), the last step from `next_obs` under `next_state`. The same
+    function of the same numbers as the replay in `values_and_advantages`, without its
+    pass over the window; equal to it up to float rounding (tests/test_sequence_bptt.py).
+  """
+  num_steps, batch = traj.rewards.shape
+  if jnp.shape(next_obs)[:1] != (batch,):
+    raise ValueError(f"next_obs must be [B, ...] with B = {batch}, got {jnp.shape(next_obs)}")
+  if "value" not in traj.extras or "carry" not in traj.extras:
+    raise ValueError("traj.extras needs 'value' and 'carry': collect with "
+                     "make_sequence_policy(network, value=True, carry=True)")
+  values = traj.extras["value"]                                          # [T, B]
+  if jnp.shape(values) != (num_steps, batch):
+    raise ValueError(f"traj.extras['value'] must be [T, B] = {(num_steps, batch)}, got "
+                     f"{jnp.shape(values)}")
+  if max_truncations is not None and (int(max_truncations) != max_truncations
+                                      or max_truncations < 0):
+    raise ValueError(f"max_truncations must be None or an int >= 0, got {max_truncations}")
+
+  def value_after(final_obs, actions, rewards, carry):   # leaves [N, B, ...] -> [N, B]
+    xp, w_h, b_h = network.apply(params, final_obs, actions, rewards, method="project")
+    after = gru.step(w_h, b_h, network.stack(carry), xp)
+    return network.apply(params, network.unstack(after), method="heads")[1]
+
+  final = (traj.final_obs, traj.actions, traj.rewards, traj.extras["carry"])
+  hits = None
+  if max_truncations is None or max_truncations >= num_steps:
+    final_values = value_after(*final)                                   # [T, B]
+  else:   # the j-th truncated step of each column (j < k), gathered, then scattered back
+    rank = jnp.cumsum(traj.truncated.astype(jnp.int32), axis=0)         # [T, B]
+    hits = [jnp.logical_and(traj.truncated, rank == j + 1)
+            for j in range(int(max_truncations))]
+    final_values = jnp.zeros((num_steps, batch), values.dtype)
+    if hits:
+      rows = jnp.stack([jnp.argmax(h, axis=0) for h in hits])           # [k, B]
+      take = lambda x: jnp.take_along_axis(
+          x, rows.reshape(rows.shape + (1,) * (x.ndim - 2)), axis=0)     # [k, B, ...]
+      v_final = value_after(*jax.tree.map(take, final))                  # [k, B]
+      for j, h in enumerate(hits):
+        final_values = jnp.where(h, v_final[j][None], final_values)
+  _, _, next_values = jax.vmap(lambda c, o, a, r: network.apply(
+      params, c, o, a, r, method="step"))(next_state.carry, next_obs,
+                                          next_state.prev_action, next_state.prev_reward)
+  values_tp1 = jnp.concatenate([values, next_values[None]], axis=0)      # [T + 1, B]
+  advantages = cj.gae(traj.rewards, jnp.full_like(traj.rewards, gamma), values_tp1,
+                      gae_lambda, terminated=traj.terminated, truncated=traj.truncated,
+                      final_values=final_values, method=method)
+  if hits is not None:
+    overflow = jnp.sum(traj.truncated, axis=0) > len(hits)               # [B]
+    advantages = jnp.where(overflow[None], jnp.nan, advantages)
+  return advantages, values
+
+
 def make_train(config, hparam_names, n_updates: int) -> common.Train:
   """`Train` for PPO with a sequence network; `ppo.make_train` calls it."""
   validate_config(config)
   env, env_params = common.make_env(config)
   network, obs_shape = make_network(config, env, env_params)
-  policy = sn.make_sequence_policy(network, value=False)
+  is_gru = str(config.network.kind) == "gru"
+  chunk = bptt_chunk(config)
+
+  def make_policy():
+    """The acting policy, and whether GAE reads the rollout's values (read at trace time,
+    as `fast_paths` is): a GRU's rollout keeps its values and hidden states when GAE
+    (fast paths on) or truncated BPTT reads them."""
+    rollout_values = is_gru and fast_paths.enabled()
+    return sn.make_sequence_policy(network, value=rollout_values,
+                                   carry=rollout_values or chunk > 0), rollout_values
+
+  policy, _ = make_policy()
   num_envs, num_steps = int(config.num_envs), int(config.num_steps)
   n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
   optimizer = common.make_optimizer(config)
   with_success = episodes.has_success(config)
   clip_value = bool(config.clip_value_loss)
   gae_method = str(config.gae_method)
+  max_truncations = rollout.max_truncations(env, env_params, num_steps)
 
   def init_fn(key, hp):
     k_params, k_env, k_run = jax.random.split(key, 3)
@@ -135,21 +282,29 @@ def make_train(config, hparam_names, n_updates: int) -> common.Train:
     key, k_roll, k_perm = jax.random.split(state.key, 3)
     params, aux = state.params, state.aux
     start_state = aux["policy_state"]
+    policy, rollout_values = make_policy()
     traj, (env_state, obs, policy_state) = rollout.collect(
         env, env_params, policy, params, k_roll, aux["env_state"], aux["obs"], num_steps,
         policy_state=start_state)
-    advantages, values, (prev_a, prev_r, starts) = values_and_advantages(
-        network, params, traj, start_state, obs, policy_state, hp["gamma"],
-        hp["gae_lambda"], gae_method)
+    if rollout_values:
+      advantages, values = gru_values_and_advantages(
+          network, params, traj, obs, policy_state, hp["gamma"], hp["gae_lambda"],
+          gae_method, max_truncations)
+      prev_a, prev_r, starts = rollout.sequence_inputs(traj, start_state)
+    else:
+      advantages, values, (prev_a, prev_r, starts) = values_and_advantages(
+          network, params, traj, start_state, obs, policy_state, hp["gamma"],
+          hp["gae_lambda"], gae_method)
     batch_major = lambda x: jnp.swapaxes(x, 0, 1)                 # [T, B] -> [B, T]
     data = {"obs": traj.obs, "prev_actions": prev_a, "prev_rewards": prev_r,
             "starts": starts, "actions": traj.actions, "log_probs": traj.log_probs,
             "values": values, "advantages": advantages, "targets": advantages + values}
     data = jax.tree.map(batch_major, data)
-    data["carry"] = start_state.carry                             # leaves [B, ...]
+    data["carry"] = (chunk_carries(start_state.carry, traj.extras["carry"], chunk)
+                     if chunk else start_state.carry)   # leaves [B, T / L, ...] or [B, ...]
     lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
     params, opt_state, metrics = common.minibatch_epochs(
-        lambda p, mb: _loss(network, clip_value, p, mb, hp), params, state.opt_state,
+        lambda p, mb: _loss(network, clip_value, chunk, p, mb, hp), params, state.opt_state,
         data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=0, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
     # The sampled policy's episodes (and success), as PPO's MLP path reports them.
