@@ -324,8 +324,9 @@ def run_curriculum(config, t: int, log) -> dict:
       int(config.seed)), spec, lambda line: log(f"curriculum T={t}{line}"))
   wall = time.perf_counter() - t0
   ev = int(cur.eval_every)
+  # Row i of the curves is the policy after i * eval_every updates (row 0: untrained).
   arms = {("grpo" if m == "direct" else f"curriculum_{m}"): {
-      "updates": [ev * (i + 1) for i in range(cv["success"].shape[0])],
+      "updates": [ev * i for i in range(cv["success"].shape[0])],
       "success": cv["success"].tolist(), "env_steps": cv["env_steps"].tolist(),
       "smooth": 1, "stage_value": cv["stage_value"].tolist()} for m, cv in curves.items()}
   return {"arms": arms, "stages": stages, "compile_s": 0.0, "run_s": wall}
