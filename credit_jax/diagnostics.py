@@ -275,6 +275,16 @@ def flatten_gradients(grads: Any) -> Array:
   return jax.vmap(lambda g: ravel_pytree(g)[0])(grads)
 
 
+def _check_grads(grads, true_grad) -> None:
+  """`grads` [N, D] with N >= 2 and `true_grad` [D], or a ValueError naming the shapes."""
+  _check_rank("grads", grads, 2, "[N, D]")
+  if grads.shape[0] < 2:
+    raise ValueError(f"grads needs N >= 2 estimates for a variance, got {grads.shape}")
+  if _shape(true_grad) != grads.shape[1:]:
+    raise ValueError(f"true_grad must be [D] = {grads.shape[1:]} like a row of grads, got "
+                     f"{_shape(true_grad)}")
+
+
 def gradient_stats(grads: Array, true_grad: Array) -> Dict[str, Array]:
   """Statistics of N single-trajectory estimates against the true gradient.
 
@@ -295,12 +305,7 @@ def gradient_stats(grads: Array, true_grad: Array) -> Dict[str, Array]:
       cosine:    cosine between the sample mean and true (0 when either is 0).
       true_norm_sq: ||true||^2.
   """
-  _check_rank("grads", grads, 2, "[N, D]")
-  if grads.shape[0] < 2:
-    raise ValueError(f"grads needs N >= 2 estimates for a variance, got {grads.shape}")
-  if _shape(true_grad) != grads.shape[1:]:
-    raise ValueError(f"true_grad must be [D] = {grads.shape[1:]} like a row of grads, got "
-                     f"{_shape(true_grad)}")
+  _check_grads(grads, true_grad)
   num = grads.shape[0]
   mean = jnp.mean(grads, axis=0)
   variance = jnp.sum(jnp.var(grads, axis=0, ddof=1))
@@ -350,12 +355,7 @@ def gradient_variance_parts(grads: Array, true_grad: Array, mask: Array
       snr_along:        |true|^2 / variance_along: trajectories needed for the step
                         along u to have relative error 1 is 1 / snr_along.
   """
-  _check_rank("grads", grads, 2, "[N, D]")
-  if grads.shape[0] < 2:
-    raise ValueError(f"grads needs N >= 2 estimates for a variance, got {grads.shape}")
-  if _shape(true_grad) != grads.shape[1:]:
-    raise ValueError(f"true_grad must be [D] = {grads.shape[1:]} like a row of grads, got "
-                     f"{_shape(true_grad)}")
+  _check_grads(grads, true_grad)
   _check_like("mask", mask, "true_grad", grads.shape[1:])
   norm = jnp.sqrt(jnp.sum(true_grad ** 2))
   unit = true_grad / jnp.where(norm > 0, norm, 1.0)

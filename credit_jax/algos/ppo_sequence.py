@@ -160,14 +160,24 @@ def values_and_advantages(network, params, traj, start_state, next_obs, next_sta
                     out_axes=1)
   _, values, final_values = replay(start_state.carry, traj.obs, *inputs, traj.final_obs,
                                    traj.actions, traj.rewards)               # [T, B]
+  advantages = _gae_after_window(network, params, traj, values, final_values, next_obs,
+                                 next_state, gamma, gae_lambda, method)
+  return advantages, values, inputs
+
+
+def _gae_after_window(network, params, traj, values, final_values, next_obs, next_state,
+                      gamma, gae_lambda, method):
+  """GAE [T, B] of a window from its values [T, B] and truncation bootstraps
+  `final_values` [T, B], the last step bootstrapping from `next_obs` [B, ...] stepped
+  under `next_state`; terminated steps do not bootstrap, truncated ones use
+  `final_values` (`cj.gae`)."""
   _, _, next_values = jax.vmap(lambda c, o, a, r: network.apply(
       params, c, o, a, r, method="step"))(next_state.carry, next_obs,
                                           next_state.prev_action, next_state.prev_reward)
   values_tp1 = jnp.concatenate([values, next_values[None]], axis=0)      # [T + 1, B]
-  advantages = cj.gae(traj.rewards, jnp.full_like(traj.rewards, gamma), values_tp1,
-                      gae_lambda, terminated=traj.terminated, truncated=traj.truncated,
-                      final_values=final_values, method=method)
-  return advantages, values, inputs
+  return cj.gae(traj.rewards, jnp.full_like(traj.rewards, gamma), values_tp1,
+                gae_lambda, terminated=traj.terminated, truncated=traj.truncated,
+                final_values=final_values, method=method)
 
 
 def gru_values_and_advantages(network, params, traj, next_obs, next_state, gamma,
@@ -225,13 +235,8 @@ def gru_values_and_advantages(network, params, traj, next_obs, next_state, gamma
       v_final = value_after(*jax.tree.map(take, final))                  # [k, B]
       for j, h in enumerate(hits):
         final_values = jnp.where(h, v_final[j][None], final_values)
-  _, _, next_values = jax.vmap(lambda c, o, a, r: network.apply(
-      params, c, o, a, r, method="step"))(next_state.carry, next_obs,
-                                          next_state.prev_action, next_state.prev_reward)
-  values_tp1 = jnp.concatenate([values, next_values[None]], axis=0)      # [T + 1, B]
-  advantages = cj.gae(traj.rewards, jnp.full_like(traj.rewards, gamma), values_tp1,
-                      gae_lambda, terminated=traj.terminated, truncated=traj.truncated,
-                      final_values=final_values, method=method)
+  advantages = _gae_after_window(network, params, traj, values, final_values, next_obs,
+                                 next_state, gamma, gae_lambda, method)
   if hits is not None:
     overflow = jnp.sum(traj.truncated, axis=0) > len(hits)               # [B]
     advantages = jnp.where(overflow[None], jnp.nan, advantages)
