@@ -52,7 +52,7 @@ def slope_interval(horizons: Sequence[float], updates: Sequence[float]) -> dict:
 
 
 GAE_STATS = ("bias", "cosine", "cosine_debiased", "noise", "objective", "variance_along",
-             "variance")
+             "variance", "true_norm")
 
 
 def gae_grad_summary(cell: dict) -> dict:
@@ -65,6 +65,32 @@ def gae_grad_summary(cell: dict) -> dict:
       (u0, first), (u1, last) = points[0], points[-1]
       out[stat] = {"first_update": int(u0), "first": ci(first),
                    "last_update": int(u1), "last": ci(last)}
+  return out
+
+
+def noise_slopes(cells: List[dict]) -> dict:
+  """Log-log slopes against T of the GAE gradient's per-episode noise at update 0 (the
+  initial policy and critic, the same at every T up to the horizon): the trace of its
+  covariance (`variance`) and its variance along the exact gradient (`variance_along`).
+
+  Args:
+    cells: one method's cells; those whose first GAE-gradient measurement is at update 0
+      count, one point per seed and T.
+  Returns:
+    `{stat: slope_interval(...)}` for both stats; `{}` with fewer than two such T.
+  """
+  out = {}
+  for stat in ("variance", "variance_along"):
+    xs, ys = [], []
+    for c in cells:
+      points = c.get("gae_grad", {}).get("gae_grad_" + stat)
+      if points and int(points[0][0]) == 0:
+        vals = np.asarray(points[0][1], np.float64)                        # [S]
+        keep = vals > 0
+        xs += [float(c["horizon"])] * int(keep.sum())
+        ys += vals[keep].tolist()
+    if len(set(xs)) >= 2:
+      out[stat] = slope_interval(xs, ys)
   return out
 
 
@@ -92,6 +118,9 @@ def summarize(cells: List[dict], transfer: Optional[dict], lr_info: dict, config
             ys.append(u)
     methods[m] = {"largest_T_solved": max(solved) if solved else None,
                   "slope_updates_vs_T": slope_interval(xs, ys) if xs else None}
+    noise = noise_slopes([c for c in cells if c["method"] == m])
+    if noise:
+      methods[m]["noise_slopes_at_update_0"] = noise
   out = {"level": float(config.level), "smooth": int(config.smooth),
          "num_pivotal": int(config.num_pivotal), "num_actions": int(config.num_actions),
          "episodes_per_update": int(config.episodes), "seeds": int(config.seeds),
@@ -257,6 +286,51 @@ def gae_figure(cells: List[dict], workdir: str) -> Optional[str]:
   return report.save_figure(fig, workdir, "gae_gradient.png")
 
 
+def noise_table(summary: dict) -> List[str]:
+  """Markdown lines: the GAE gradient's per-episode noise along the exact gradient beside
+  the trace of its covariance, per measured cell (first and last measurement), and the
+  slopes of both against T at update 0 (`[]` when no cell measured them)."""
+  rows = []
+  for m, per_t in summary["cells"].items():
+    for t, r in sorted(per_t.items(), key=lambda kv: int(kv[0])):
+      g = r.get("gae_grad") or {}
+      if "variance" not in g or "variance_along" not in g:
+        continue
+      row = [m, t, f"{g['variance']['first_update']} / {g['variance']['last_update']}"]
+      for when in ("first", "last"):
+        trace, along = g["variance"][when][0], g["variance_along"][when][0]
+        row += [_fmt(g["variance"][when]), _fmt(g["variance_along"][when]),
+                f"{along / trace:.3g}" if trace > 0 else "-"]
+        if "true_norm" in g:
+          row.append(f"{g['true_norm'][when][0] ** 2 / along:.3g}" if along > 0 else "-")
+        else:
+          row.append("-")
+      rows.append(row)
+  if not rows:
+    return []
+  lines = ["", "## The gradient's noise along the exact gradient, beside the trace", "",
+           "Per-episode GAE gradient g under the critic being trained, at the first and "
+           "last measured update: trace of its covariance, Var(g . u) with u = grad J / "
+           "||grad J|| (the noise in the one direction that matters), their ratio, and "
+           "||grad J||^2 / Var(g . u) (per-episode signal to noise along grad J; seed "
+           "means).", ""]
+  lines += report.table(["method", "T", "updates", "trace first", "along first",
+                         "along/trace first", "SNR along first", "trace last",
+                         "along last", "along/trace last", "SNR along last"], rows)
+  slopes = []
+  for m, r in summary["methods"].items():
+    ns = r.get("noise_slopes_at_update_0") or {}
+    if ns:
+      slopes.append([m] + [
+          f"{ns[k]['slope']:.2f}" + (f" ± {ns[k]['half']:.2f}" if np.isfinite(ns[k]["half"])
+                                     else "") + f" (T in {ns[k]['horizons']})"
+          if k in ns else "-" for k in ("variance", "variance_along")])
+  if slopes:
+    lines += ["", "Log-log slope against T at update 0 (95%, points per seed and T):", ""]
+    lines += report.table(["method", "trace", "along grad J"], slopes)
+  return lines
+
+
 def markdown(summary: dict, config) -> str:
   """summary.md: the per-method answer, the cell table and the remedy."""
   level = f"{summary['level']:.0%}"
@@ -316,6 +390,7 @@ def markdown(summary: dict, config) -> str:
                            "cosine first", "cosine last", "debiased cos first",
                            "debiased cos last", "noise first", "J first", "J last"],
                           gae_rows)
+  lines += noise_table(summary)
   lines += ["", "## Cells", "", "![success](success_vs_steps.png)", "",
             "![steps](steps_to_level.png)", ""]
   if summary.get("gae_figure"):
