@@ -1,4 +1,5 @@
-"""A GRU cell with fused gates and a scan over a whole window with a hand-written backward.
+"""A GRU cell with the input projection hoisted out of the loop and split recurrent gates,
+and a scan over a whole window with a hand-written backward.
 
 `GRUCell` has the parameters of `flax.linen.GRUCell` (the same names, shapes and
 initial values: children `ir`, `iz`, `in` with kernel and bias, `hr`, `hz` without bias,
@@ -8,24 +9,29 @@ initial values: children `ir`, `iz`, `in` with kernel and bias, `hr`, `hz` witho
     n = tanh(x W_in + b_in + r * (h W_hn + b_hn))  h' = (1 - z) * n + z * h,
 
 arranged for speed (equal to flax's cell up to float rounding, tested): calling `GRUCell`
-returns the three input kernels concatenated into one `[E, 3H]` matrix and the three
-recurrent ones into one `[H, 3H]`, so a step is one input matmul (done for all steps at
-once, outside the loop, by the caller of `scan`) and one recurrent matmul. That much is
-plain JAX and always on: `jnp.tanh`, `jax.nn.sigmoid`, and `jax.lax.scan` differentiated
-by JAX.
+returns the three input kernels concatenated into one `[E, 3H]` matrix (one input matmul,
+done for all steps at once, outside the loop, by the caller of `scan`) and the three
+recurrent `[H, H]` kernels (r, z, n). With the fast paths off a step concatenates them
+into one `[H, 3H]` matmul whose product is sliced per gate. That much is plain JAX and the
+default: `jnp.tanh`, `jax.nn.sigmoid`, and `jax.lax.scan` differentiated by JAX.
 
-With `credit_jax.fast_paths` on (opt-in; the entry points turn it on for CPU runs) two
+With `credit_jax.fast_paths` on (opt-in; the entry points turn it on for CPU runs) three
 more rewrites are used, equal up to float rounding (tests/test_sequence_gru.py) and
 benchmarked both ways (BENCHMARKS.md, `scripts/bench_sequence.py`):
 
+  * split gates: a step multiplies each recurrent kernel on its own (three `[H, H]`
+    matmuls), so each gate's elementwise work runs on its own contiguous `[..., K, H]`
+    array instead of slices of one `[..., K, 3H]` product (cheaper on a 2-core CPU,
+    BENCHMARKS.md);
   * `sigmoid(a) = (1 + tanh(a / 2)) / 2`, and `tanh` written out as the rational
     function XLA itself uses for float32 (XLA's CPU code for `jnp.tanh` and the
     logistic inside a loop is slower than for the same arithmetic written out);
   * `scan` (the training unroll) has a `jax.custom_vjp`: the forward loop keeps the
-    gates, the backward loop propagates only the hidden-state gradient (no
-    transcendentals, one `[., 3H] x [3H, H]` matmul per step), and the recurrent
-    kernel's gradient is one matmul over all steps after the loop instead of an
-    accumulation inside it.
+    gates, the derivatives of each step's output through them are computed for all
+    steps at once after it, the backward loop propagates only the hidden-state gradient
+    (no transcendentals, three `[., H] x [H, H]` matmuls and a few products per step),
+    and the gate and kernel gradients are computed for all steps after it (the kernel's
+    as one matmul per gate instead of an accumulation inside the loop).
 
 Shapes: `K` stacked cells ("trunks": 1 for a shared GRU, 2 for separate policy and value
 GRUs) run side by side in one loop: `h [..., K, H]`, projected inputs `[T, ..., K, 3H]`.
@@ -41,6 +47,7 @@ import jax.numpy as jnp
 from credit_jax import fast_paths
 
 Array = jax.Array
+Kernels = Tuple[Array, Array, Array]
 
 
 class _Dense(nn.Module):
@@ -60,12 +67,15 @@ class _Dense(nn.Module):
 
 
 class GRUCell(nn.Module):
-  """`flax.linen.GRUCell`'s parameters and function; fused gates (see the module doc)."""
+  """`flax.linen.GRUCell`'s parameters and function, arranged as the module doc says."""
   features: int
 
   @nn.compact
-  def __call__(self, in_features: int) -> Tuple[Array, Array, Array, Array]:
-    """`(w_i [in_features, 3H], b_i [3H], w_h [H, 3H], b_h [3H])`, gates (r, z, n).
+  def __call__(self, in_features: int) -> Tuple[Array, Array, Kernels, Array]:
+    """`(w_i [in_features, 3H], b_i [3H], (w_hr, w_hz, w_hn) [H, H] each, b_h [3H])`,
+    gates (r, z, n). The recurrent kernels stay three arrays (the parameters
+    themselves: a step multiplies each on its own, so none is sliced out of a
+    concatenation inside a loop).
 
     `b_h` is `(0, 0, b_hn)`: the recurrent bias of the candidate, inside `r * (.)`.
     """
@@ -80,7 +90,7 @@ class GRUCell(nn.Module):
       parts[name] = _Dense(h, bias, init, name=name)(in_features if name[0] == "i" else h)
     w_i = jnp.concatenate([parts[n][0] for n in ("ir", "iz", "in")], axis=1)
     b_i = jnp.concatenate([parts[n][1] for n in ("ir", "iz", "in")])
-    w_h = jnp.concatenate([parts[n][0] for n in ("hr", "hz", "hn")], axis=1)
+    w_h = tuple(parts[n][0] for n in ("hr", "hz", "hn"))
     b_h = jnp.concatenate([parts[n][1] for n in ("hr", "hz", "hn")])
     return w_i, b_i, w_h, b_h
 
@@ -121,41 +131,90 @@ def _activations():
   return jnp.tanh, jax.nn.sigmoid
 
 
-def _gates(w_h: Array, b_h: Array, h: Array, xp: Array):
-  """One step: `h [..., K, H]`, `xp [..., K, 3H]` (projected input) -> `(h', r, z, n, hn)`
-  with `hn = h W_hn + b_hn` (the candidate's recurrent term, kept for the backward)."""
+def kernels(w_h) -> Kernels:
+  """The recurrent kernels per gate, `(w_hr, w_hz, w_hn)` `[K, H, H]` each, from `w_h`:
+  either that tuple already or the concatenation `[K, H, 3H]` (gates r, z, n)."""
+  if isinstance(w_h, (tuple, list)):
+    return tuple(w_h)
+  size = jnp.shape(w_h)[-2]
+  return tuple(w_h[..., i * size:(i + 1) * size] for i in range(3))
+
+
+def _split(b_h: Array, xp: Array):
+  """`(b_n [K, H], (x_r, x_z, x_n) [..., K, H])`: the projected inputs per gate, with the
+  recurrent biases of r and z (zeros for a `GRUCell`, whose `hr` and `hz` have none)
+  added to `x_r` and `x_z`."""
+  size = jnp.shape(b_h)[-1] // 3
+  piece = lambda a, i: a[..., i * size:(i + 1) * size]
+  xs = (piece(xp, 0) + piece(b_h, 0), piece(xp, 1) + piece(b_h, 1), piece(xp, 2))
+  return piece(b_h, 2), xs
+
+
+def _matmul(h: Array, w: Array) -> Array:
+  """`[..., K, H] x [K, H, G] -> [..., K, G]`: each of the K trunks by its own kernel."""
+  return jnp.einsum("...kh,khg->...kg", h, w)
+
+
+def _cell(ws, b_n, h, x_r, x_z, x_n):
+  """One step on gate-split arrays (see `_split`): `(h', r, z, n, hn)` with `hn = h W_hn
+  + b_hn` (the candidate's recurrent term, kept for the backward). Each gate has its own
+  `[H, H]` matmul, so its elementwise work runs on its own contiguous `[..., K, H]` array
+  (on CPU cheaper than slicing one `[..., K, 3H]` product: BENCHMARKS.md)."""
+  tanh_fn, sigmoid_fn = _activations()
+  r = sigmoid_fn(x_r + _matmul(h, ws[0]))
+  z = sigmoid_fn(x_z + _matmul(h, ws[1]))
+  hn = _matmul(h, ws[2]) + b_n
+  n = tanh_fn(x_n + r * hn)
+  return n + z * (h - n), r, z, n, hn
+
+
+def _fused_step(w_h: Array, b_h: Array, h: Array, xp: Array) -> Array:
+  """The plain step (fast paths off): one `[H, 3H]` recurrent matmul of the concatenated
+  kernels `w_h [K, H, 3H]`, its product sliced per gate."""
   size = h.shape[-1]
   tanh_fn, sigmoid_fn = _activations()
-  hh = jnp.einsum("...kh,khg->...kg", h, w_h) + b_h
+  hh = _matmul(h, w_h) + b_h
   rz = sigmoid_fn(xp[..., :2 * size] + hh[..., :2 * size])
-  r, z = rz[..., :size], rz[..., size:]
-  hn = hh[..., 2 * size:]
-  n = tanh_fn(xp[..., 2 * size:] + r * hn)
-  return (1.0 - z) * n + z * h, r, z, n, hn
+  n = tanh_fn(xp[..., 2 * size:] + rz[..., :size] * hh[..., 2 * size:])
+  z = rz[..., size:]
+  return (1.0 - z) * n + z * h
 
 
-def step(w_h: Array, b_h: Array, h: Array, xp: Array) -> Array:
+def step(w_h, b_h: Array, h: Array, xp: Array) -> Array:
   """One GRU step of `K` stacked cells: `h [..., K, H]`, `xp [..., K, 3H]` (the input
-  already projected: `x @ w_i + b_i`) -> `h' [..., K, H]`. `w_h [K, H, 3H]`, `b_h [K, 3H]`."""
-  return _gates(w_h, b_h, h, xp)[0]
+  already projected: `x @ w_i + b_i`) -> `h' [..., K, H]`. `w_h`: `(w_hr, w_hz, w_hn)`
+  `[K, H, H]` each, or their concatenation `[K, H, 3H]` (see `kernels`); `b_h [K, 3H]`
+  (gates r, z, n along the last axis). With the fast paths on each gate's kernel is its
+  own matmul; off, one matmul of the concatenated kernels (the module doc)."""
+  if fast_paths.enabled():
+    b_n, xs = _split(b_h, xp)
+    return _cell(kernels(w_h), b_n, h, *xs)[0]
+  return _fused_step(_concatenated(w_h), b_h, h, xp)
 
 
-def _check(w_h, b_h, h0, xp, starts):
+def _concatenated(w_h) -> Array:
+  """`[K, H, 3H]`: the recurrent kernels concatenated (gates r, z, n)."""
+  return jnp.concatenate(w_h, axis=-1) if isinstance(w_h, (tuple, list)) else w_h
+
+
+def _check(ws, b_h, h0, xp, starts):
   k, size = jnp.shape(h0)[-2:] if jnp.ndim(h0) >= 2 else (None, None)
-  if (jnp.ndim(h0) != 2 or jnp.shape(w_h) != (k, size, 3 * size) or
+  if (jnp.ndim(h0) != 2 or any(jnp.shape(w) != (k, size, size) for w in ws) or
       jnp.shape(b_h) != (k, 3 * size) or jnp.ndim(starts) != 1 or
       jnp.shape(xp) != (jnp.shape(starts)[0], k, 3 * size)):
-    raise ValueError(f"gru.scan needs h0 [K, H], w_h [K, H, 3H], b_h [K, 3H], "
-                     f"xp [T, K, 3H], starts [T]; got h0 {jnp.shape(h0)}, w_h "
-                     f"{jnp.shape(w_h)}, b_h {jnp.shape(b_h)}, xp {jnp.shape(xp)}, "
-                     f"starts {jnp.shape(starts)}")
+    raise ValueError(f"gru.scan needs h0 [K, H], w_h [K, H, 3H] (or three [K, H, H]), "
+                     f"b_h [K, 3H], xp [T, K, 3H], starts [T]; got h0 {jnp.shape(h0)}, "
+                     f"w_h {[jnp.shape(w) for w in ws]}, b_h {jnp.shape(b_h)}, "
+                     f"xp {jnp.shape(xp)}, starts {jnp.shape(starts)}")
 
 
 def scan(w_h: Array, b_h: Array, h0: Array, xp: Array, starts: Array) -> Array:
   """The hidden states of a window of ONE sequence (vmap it over sequences).
 
   Args:
-    w_h: [K, H, 3H] recurrent kernels; b_h: [K, 3H] recurrent biases (see `GRUCell`).
+    w_h: the recurrent kernels, `(w_hr, w_hz, w_hn)` `[K, H, H]` each, or their
+      concatenation `[K, H, 3H]` (see `kernels`); b_h: [K, 3H] recurrent biases (see
+      `GRUCell`).
     h0: [K, H] the hidden state before step 0.
     xp: [T, K, 3H] the projected inputs `x_t @ w_i + b_i` of every step.
     starts: [T] bool; the hidden state is reset to zeros before step t where True.
@@ -164,56 +223,75 @@ def scan(w_h: Array, b_h: Array, h0: Array, xp: Array, starts: Array) -> Array:
     `w_h`, `b_h`, `h0` and `xp`: by JAX's autodiff of the loop, or, with the fast paths
     on, by a hand-written backward (equal up to float rounding).
   """
-  _check(w_h, b_h, h0, xp, starts)
+  ws = kernels(w_h)
+  _check(ws, b_h, h0, xp, starts)
   if fast_paths.enabled():
-    return _scan(w_h, b_h, h0, xp, starts)
-  return _plain_scan(w_h, b_h, h0, xp, starts)
+    return _scan(ws, b_h, h0, xp, starts)
+  return _plain_scan(_concatenated(w_h), b_h, h0, xp, starts)
 
 
 def _plain_scan(w_h, b_h, h0, xp, starts):
+  """Fast paths off: `_fused_step` in a scan, differentiated by JAX."""
   def body(h, inputs):
     xp_t, start = inputs
-    h = step(w_h, b_h, jnp.where(start, 0.0, h), xp_t)
+    h = _fused_step(w_h, b_h, jnp.where(start, 0.0, h), xp_t)
     return h, h
   return jax.lax.scan(body, h0, (xp, starts))[1]
 
 
-_scan = jax.custom_vjp(_plain_scan)   # the fast path: _scan_fwd / _scan_bwd below
+def _split_scan(ws, b_h, h0, xp, starts):
+  """Fast paths on, not differentiated: `_cell` (split gates) in a scan."""
+  b_n, xs = _split(b_h, xp)                # sliced once, outside the loop
 
-
-def _scan_fwd(w_h, b_h, h0, xp, starts):
   def body(h, inputs):
-    xp_t, start = inputs
-    h_in = jnp.where(start, 0.0, h)
-    h, r, z, n, hn = _gates(w_h, b_h, h_in, xp_t)
-    return h, (h, jnp.concatenate([h_in, r, z, n, hn], axis=-1))
-  _, (hs, saved) = jax.lax.scan(body, h0, (xp, starts))
-  return hs, (w_h, saved, starts)
+    *x_t, start = inputs
+    h = _cell(ws, b_n, jnp.where(start, 0.0, h), *x_t)[0]
+    return h, h
+  return jax.lax.scan(body, h0, xs + (starts,))[1]
+
+
+_scan = jax.custom_vjp(_split_scan)   # the fast path: _scan_fwd / _scan_bwd below
+
+
+def _scan_fwd(ws, b_h, h0, xp, starts):
+  """The forward loop keeps each step's gates; the backward's per-step factors (the
+  derivatives of h' through n, z and r) are then computed for all steps at once."""
+  b_n, xs = _split(b_h, xp)
+
+  def body(h, inputs):
+    *x_t, start = inputs
+    out = _cell(ws, b_n, jnp.where(start, 0.0, h), *x_t)
+    return out[0], out
+  _, (hs, r, z, n, hn) = jax.lax.scan(body, h0, xs + (starts,))
+  h_in = jnp.where(starts[:, None, None], 0.0,
+                   jnp.concatenate([h0[None], hs[:-1]]))                 # [T, K, H]
+  a = (1.0 - z) * (1.0 - n * n)          # dL/dn = dL/dh' * a   (through tanh)
+  b = (h_in - n) * z * (1.0 - z)         # dL/dz = dL/dh' * b   (through the sigmoid)
+  c = hn * (1.0 - r)                     # dL/dr = dL/d(hn) * c, dL/d(hn) = dL/dn * r
+  return hs, (ws, h_in, a, b, c, r, z, starts)
 
 
 def _scan_bwd(res, d_hs):
-  w_h, saved, starts = res
-  size = w_h.shape[1]
-  w_t = jnp.swapaxes(w_h, 1, 2)                                          # [K, 3H, H]
+  ws, h_in, a, b, c, r, z, starts = res
+  w_t = tuple(jnp.swapaxes(w, 1, 2) for w in ws)                       # [K, H, H]
 
-  def body(d_next, inputs):
-    d_out, saved_t, start = inputs
-    h_in, r, z, n, hn = (saved_t[..., i * size:(i + 1) * size] for i in range(5))
+  def body(d_next, inputs):   # propagates only dL/dh' (no transcendentals)
+    d_out, a_t, b_t, c_t, r_t, z_t, start = inputs
     d_h = d_out + d_next
-    d_n = d_h * (1.0 - z) * (1.0 - n * n)                 # through tanh
-    d_z = d_h * (h_in - n) * z * (1.0 - z)                # through the sigmoid
-    d_r = d_n * hn * r * (1.0 - r)
-    d_hh = jnp.concatenate([d_r, d_z, d_n * r], axis=-1)                # [K, 3H]
-    d_in = d_h * z + jnp.einsum("...kg,kgh->...kh", d_hh, w_t)
-    return jnp.where(start, 0.0, d_in), jnp.concatenate([d_hh, d_n], axis=-1)
+    d_hn = d_h * a_t * r_t
+    d_in = (d_h * z_t + _matmul(d_hn * c_t, w_t[0]) + _matmul(d_h * b_t, w_t[1])
+            + _matmul(d_hn, w_t[2]))
+    return jnp.where(start, 0.0, d_in), d_h
 
-  d_h0, d = jax.lax.scan(body, jnp.zeros_like(d_hs[0]), (d_hs, saved, starts),
-                         reverse=True)
-  d_hh = d[..., :3 * size]                                               # [T, K, 3H]
-  d_xp = jnp.concatenate([d[..., :2 * size], d[..., 3 * size:]], axis=-1)
-  d_w_h = jnp.einsum("tkh,tkg->khg", saved[..., :size], d_hh)
-  return d_w_h, d_hh.sum(axis=0), d_h0, d_xp, None
+  d_h0, d_h = jax.lax.scan(body, jnp.zeros_like(d_hs[0]),
+                           (d_hs, a, b, c, r, z, starts), reverse=True)  # d_h [T, K, H]
+  d_n = d_h * a
+  d_hn = d_n * r
+  d_gates = (d_hn * c, d_h * b, d_hn)                                    # r, z, hn
+  d_ws = tuple(jnp.einsum("tkh,tkg->khg", h_in, d) for d in d_gates)
+  d_b_h = jnp.concatenate([d.sum(axis=0) for d in d_gates], -1)
+  d_xp = jnp.concatenate(d_gates[:2] + (d_n,), axis=-1)
+  return d_ws, d_b_h, d_h0, d_xp, None
 
 
 _scan.defvjp(_scan_fwd, _scan_bwd)
-

@@ -17,8 +17,8 @@ memory from step to step. Each offers two paths that compute the same function:
 `GRUActorCritic`: an MLP encoder, a GRU cell and linear heads; one trunk shared by the
 policy and the value, or one trunk each (`shared_torso=False`, the carry is then a pair).
 `unroll` encodes all steps and projects them onto the gates at once, scans only the
-recurrent part (`credit_jax.gru.scan`: one `[H, 3H]` matmul per step, hand-written
-backward), and applies the heads at once.
+recurrent part (`credit_jax.gru.scan`: three `[H, H]` matmuls per step, one per gate;
+hand-written backward with the fast paths on), and applies the heads at once.
 
 `TransformerActorCritic`: a pre-LayerNorm causal transformer over the episode's tokens
 with a sinusoidal encoding of the step's time in its episode. Attention is over the last
@@ -77,7 +77,8 @@ class GRUActorCritic(nn.Module):
   Carry: `[hidden_size]` (shared trunk) or a pair of them (policy trunk, value trunk).
   `step` accepts any leading batch dims on all its arguments (the carry's included).
   The cells are `credit_jax.gru.GRUCell`s (flax's `nn.GRUCell` parameters and function,
-  fused gates); the `K` trunks (1 or 2) run side by side as stacked arrays `[..., K, .]`.
+  split gates); the `K` trunks (1 or 2) run side by side as stacked arrays
+  `[..., K, .]`.
   """
   num_actions: int
   hidden_size: int = 64
@@ -108,8 +109,9 @@ class GRUActorCritic(nn.Module):
     return hs[..., 0, :] if self.shared_torso else (hs[..., 0, :], hs[..., 1, :])
 
   def project(self, obs, prev_action, prev_reward):
-    """`(xp [..., K, 3H], w_h [K, H, 3H], b_h [K, 3H])`: each trunk's encoded input
-    projected onto its gates, and the recurrent weights (see `credit_jax.gru`)."""
+    """`(xp [..., K, 3H], w_h, b_h [K, 3H])`: each trunk's encoded input projected onto
+    its gates, and the recurrent weights, `w_h = (w_hr, w_hz, w_hn)` `[K, H, H]` each
+    (see `credit_jax.gru`)."""
     x = _token(obs, prev_action, prev_reward, self.num_actions, self.obs_rank)
     trunks = [(self.pi_encoder, self.pi_cell)]
     if not self.shared_torso:
@@ -121,7 +123,8 @@ class GRUActorCritic(nn.Module):
       xps.append(e @ w_i + b_i)
       w_hs.append(w_h)
       b_hs.append(b_h)
-    return jnp.stack(xps, axis=-2), jnp.stack(w_hs), jnp.stack(b_hs)
+    w_h = tuple(jnp.stack([w[g] for w in w_hs]) for g in range(3))
+    return jnp.stack(xps, axis=-2), w_h, jnp.stack(b_hs)
 
   def heads(self, carry) -> Tuple[Array, Array]:
     """`(logits [..., A], value [...])` from the carry after a step."""

@@ -25,6 +25,9 @@ the median of the per-round ratios):
    `credit_jax/sequence_networks.py` (run by `--old_ppo_sequence`'s module when given);
    `--old_ppo_sequence=FILE` the GRU PPO of a previous `credit_jax/algos/ppo_sequence.py`
    (fast paths on), e.g. the one before GAE read the rollout's values.
+   `--old_gru=GRU_FILE,SN_FILE` adds "gru (old gru.py)": the GRU PPO with the cell of a
+   previous `credit_jax/gru.py` and the `sequence_networks.py` of its commit (fast paths
+   on), e.g. the fused-gate cell before the split gates.
 2. Transformer acting cost per step at episode step 10 vs step 1000 (`--num_envs`
    environments vmapped, d_model 32, 2 heads, 1 layer, `max_len` = 1024 so the whole
    episode is in the attention window):
@@ -57,6 +60,14 @@ _OLD = flags.DEFINE_string(
 _CHUNKS = flags.DEFINE_list(
     "bptt_chunks", [], "optional: GRU rows with network.bptt_chunk = each of these "
     "(divisors of --horizon), fast paths on")
+_OLD_GRU = flags.DEFINE_list(
+    "old_gru", [],
+    "optional: GRU_FILE,SN_FILE, a previous credit_jax/gru.py and the "
+    "credit_jax/sequence_networks.py of the same commit (e.g. `git show "
+    "653e042:credit_jax/gru.py > /tmp/old_gru.py; git show "
+    "653e042:credit_jax/sequence_networks.py > /tmp/old_gru_sn.py`); adds a row "
+    "'gru (old gru.py)', the GRU PPO with those networks (fast paths on), timed in the "
+    "same rounds")
 _OLD_PPO = flags.DEFINE_string(
     "old_ppo_sequence", None,
     "optional: a previous credit_jax/algos/ppo_sequence.py (e.g. `git show "
@@ -99,7 +110,7 @@ def _load_module(path, name):
 
 
 def ppo_programs(num_envs, horizon, updates, old_networks=None, chunks=(),
-                 old_ppo=None):
+                 old_ppo=None, old_gru=None):
   """`{name: (compiled train, (key,))}` and the compile seconds of each; with
   `old_networks` (a sequence_networks module) also "gru (old)", PPO's GRU built by it;
   with `chunks` rows "gru, bptt_chunk=L"; with `old_ppo` (a ppo_sequence module) "gru (old
@@ -115,10 +126,12 @@ def ppo_programs(num_envs, horizon, updates, old_networks=None, chunks=(),
   spec.loader.exec_module(ppo_gru_keychain)
   from credit_jax import algos, fast_paths  # pylint: disable=import-outside-toplevel
   from credit_jax.algos import ppo, ppo_sequence  # pylint: disable=import-outside-toplevel
+  from credit_jax import gru  # pylint: disable=import-outside-toplevel
   fns, compile_s = {}, {}
   names = (("mlp", "gru", "gru (plain)") + tuple(f"gru, bptt_chunk={int(n)}" for n in chunks)
            + (("gru (old ppo_sequence)",) if old_ppo else ())
-           + (("gru (old)",) if old_networks else ()) + ("transformer",))
+           + (("gru (old)",) if old_networks else ())
+           + (("gru (old gru.py)",) if old_gru else ()) + ("transformer",))
   for name in names:
     kind = name.split()[0].rstrip(",")
     c = ppo_gru_keychain.get_config()
@@ -136,6 +149,8 @@ def ppo_programs(num_envs, horizon, updates, old_networks=None, chunks=(),
     module = old_ppo if old_row and old_ppo else ppo_sequence
     current = module.sn
     module.sn = old_networks if name == "gru (old)" else current
+    if name == "gru (old gru.py)":       # old_gru = (gru module, its sequence_networks)
+      module.sn, ppo_sequence.gru = old_gru[1], old_gru[0]
     try:
       with fast_paths.use(name != "gru (plain)"):
         if old_row:
@@ -144,7 +159,7 @@ def ppo_programs(num_envs, horizon, updates, old_networks=None, chunks=(),
           train = algos.make_train(c)
         fn = jax.jit(train).lower(key).compile()
     finally:
-      module.sn = current
+      module.sn, ppo_sequence.gru = current, gru
     jax.block_until_ready(fn(key))
     compile_s[name] = time.perf_counter() - start
     fns[name] = (fn, (key,))
@@ -207,7 +222,13 @@ def main(argv):
   old = _load_module(_OLD.value, "old_sequence_networks") if _OLD.value else None
   old_ppo = _load_module(_OLD_PPO.value, "old_ppo_sequence") if _OLD_PPO.value else None
   chunks = [int(n) for n in _CHUNKS.value]
-  ppo, compile_s = ppo_programs(num_envs, horizon, _UPDATES.value, old, chunks, old_ppo)
+  old_gru = None
+  if _OLD_GRU.value:
+    old_gru = (_load_module(_OLD_GRU.value[0], "old_gru"),
+               _load_module(_OLD_GRU.value[1], "old_gru_sequence_networks"))
+    old_gru[1].gru = old_gru[0]                # its networks run its cell
+  ppo, compile_s = ppo_programs(num_envs, horizon, _UPDATES.value, old, chunks, old_ppo,
+                                old_gru)
   times = _rounds(ppo, repeats)
   env_steps = _UPDATES.value * num_envs * horizon
   print(f"\nPPO on KeyChain-v0 T={horizon} (k=2, A=2, cue_delay=16), {num_envs} envs x "
@@ -227,6 +248,9 @@ def main(argv):
   if old_ppo:
     print(f"GRU PPO over the old ppo_sequence (median of paired ratios): "
           f"{_paired(times, 'gru (old ppo_sequence)', 'gru'):.2f}x")
+  if old_gru:
+    print(f"GRU PPO over the old gru.py (median of paired ratios): "
+          f"{_paired(times, 'gru (old gru.py)', 'gru'):.2f}x")
   if old:
     print(f"GRU speed-up over the old networks (median of paired ratios): "
           f"{_paired(times, 'gru (old)', 'gru'):.2f}x")

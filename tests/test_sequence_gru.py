@@ -1,7 +1,9 @@
 """The fused GRU (credit_jax/gru.py) against flax's `nn.GRUCell` and against autodiff.
 
 Both ways: plain JAX (the default) and with `credit_jax.fast_paths` on (written-out
-tanh/sigmoid and the hand-written backward of `gru.scan`).
+tanh/sigmoid and the hand-written backward of `gru.scan`). The split-gate cell (one
+`[H, H]` recurrent matmul per gate, a fast path) is also checked against the previous
+formulation (one fused `[H, 3H]` matmul sliced per gate), gradients included.
 
 The reference is the GRU actor-critic as it was before the fused cell: flax's
 `nn.GRUCell`, stepped in a `lax.scan` with jax's own autodiff. Same parameters (names,
@@ -213,6 +215,66 @@ def _scan_backward_equals_autodiff_of_the_loop():
   # One sequence, no vmap.
   g1 = jax.grad(lambda x: jnp.sum(cot[0] * gru.scan(w_h, b_h, h0[0], x, starts[0])))(xp[0])
   g2 = jax.grad(lambda x: jnp.sum(cot[0] * plain(w_h, b_h, h0[0], x, starts[0])))(xp[0])
+  _allclose(g1, g2, rtol=1e-5, atol=1e-6)
+
+
+def _fused_step(w_h, b_h, h, xp):
+  """The previous formulation (before the split gates): one `[H, 3H]` recurrent matmul
+  whose product is sliced per gate; jax's tanh and sigmoid."""
+  size = h.shape[-1]
+  hh = jnp.einsum("...kh,khg->...kg", h, w_h) + b_h
+  rz = jax.nn.sigmoid(xp[..., :2 * size] + hh[..., :2 * size])
+  r, z = rz[..., :size], rz[..., size:]
+  n = jnp.tanh(xp[..., 2 * size:] + r * hh[..., 2 * size:])
+  return (1.0 - z) * n + z * h
+
+
+def _fused_scan(w_h, b_h, h0, xp, starts):
+  def body(c, inputs):
+    c = _fused_step(w_h, b_h, jnp.where(inputs[1], 0.0, c), inputs[0])
+    return c, c
+  return jax.lax.scan(body, h0, (xp, starts))[1]
+
+
+@pytest.mark.parametrize("fast,k,t", [(False, 2, 9), (True, 2, 9), (True, 1, 1)])
+def test_split_gates_equal_the_fused_formulation(fast, k, t):
+  """`gru.step` and `gru.scan` against the fused-matmul cell differentiated by JAX (the
+  formulation before the split gates, which the fast-paths-off path still is): with the
+  fast paths on (split gates, hand-written backward) and off, values and gradients in
+  all four inputs, nonzero recurrent biases on every gate, resets inside the window, jit
+  and vmap, the kernels given concatenated `[K, H, 3H]`."""
+  with fast_paths.use(fast):
+    _split_gates_equal_the_fused_formulation(k, t)
+
+
+def _split_gates_equal_the_fused_formulation(k, t):
+  h = 5
+  ks = jax.random.split(jax.random.key(9), 6)
+  w_h = jax.random.normal(ks[0], (k, h, 3 * h)) * 0.6
+  b_h = jax.random.normal(ks[1], (k, 3 * h)) * 0.4
+  h0 = jax.random.normal(ks[2], (3, k, h))
+  xp = jax.random.normal(ks[3], (3, t, k, 3 * h)) * 1.5
+  starts = jnp.zeros((3, t), bool).at[0, t // 2].set(True).at[2, 0].set(True)
+  cot = jax.random.normal(ks[4], (3, t, k, h))
+  batched = lambda fn: jax.vmap(fn, in_axes=(None, None, 0, 0, 0))
+  # One step, batched dims in front, jitted and not.
+  _allclose(jax.jit(gru.step)(w_h, b_h, h0, xp[:, 0]),
+            _fused_step(w_h, b_h, h0, xp[:, 0]))
+  _allclose(gru.step(w_h, b_h, h0[0], xp[0, 0]), _fused_step(w_h, b_h, h0[0], xp[0, 0]))
+
+  def loss(fn, w_h, b_h, h0, xp):
+    return jnp.sum(cot * jnp.sin(batched(fn)(w_h, b_h, h0, xp, starts)))
+
+  _allclose(jax.jit(batched(gru.scan))(w_h, b_h, h0, xp, starts),
+            batched(_fused_scan)(w_h, b_h, h0, xp, starts))
+  grad = jax.grad(loss, argnums=(1, 2, 3, 4))
+  _allclose(jax.jit(grad, static_argnums=0)(gru.scan, w_h, b_h, h0, xp),
+            grad(_fused_scan, w_h, b_h, h0, xp), rtol=1e-5, atol=1e-6)
+  # One sequence, no vmap, no jit: the gradients.
+  g1 = jax.grad(lambda *a: jnp.sum(cot[1] * gru.scan(*a, starts[1])),
+                argnums=(0, 1, 2, 3))(w_h, b_h, h0[1], xp[1])
+  g2 = jax.grad(lambda *a: jnp.sum(cot[1] * _fused_scan(*a, starts[1])),
+                argnums=(0, 1, 2, 3))(w_h, b_h, h0[1], xp[1])
   _allclose(g1, g2, rtol=1e-5, atol=1e-6)
 
 
