@@ -5,15 +5,6 @@ CPU setting of credit_jax/launch.py (the jaxlib 0.10 wedge, BUILD.md "Hang soak"
 scripts/train.py does, from the same table. launch.py is loaded by file path: importing
 the credit_jax package imports gymnax, which starts a JAX backend, after which XLA_FLAGS
 could no longer apply. Subprocesses started by tests inherit the setting.
-
-The suite also compiles with XLA's CPU backend at optimisation level 0
-(`--xla_backend_optimization_level=0`, unless XLA_FLAGS already names that flag): the
-tests are small programs whose time goes to compiling them, and level 0 halves that
-(BUILD.md, "CPU (laptops, CI)": the tree-search smoke test 74 -> 40 s CPU) while their
-runs, about 2.5 times slower, stay a small part. Results can differ from level 3's in the
-last bits (LLVM generates other code), so seeded runs are not bit-for-bit those of a script
-run with default flags; comparisons inside the suite (subprocesses included) all run
-under the same flags.
 """
 import importlib.util
 import os
@@ -24,6 +15,3 @@ _launch = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_launch)
 # Two or more seeds: the setting for multi-seed programs; no re-execution of pytest.
 _launch.configure_process(num_seeds=2, reexec=False)
-_OPT_LEVEL = "xla_backend_optimization_level"
-if _OPT_LEVEL not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{_OPT_LEVEL}=0".strip()
