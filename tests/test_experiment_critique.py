@@ -1,20 +1,13 @@
 """The critique experiment on its smoke variant: summary, figures and the headline claims."""
-import importlib.util
-import os
 
 import pytest
 
 from credit_jax.experiments import critique
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from config_files import load_config
 
 
 def _config(variant):
-  spec = importlib.util.spec_from_file_location(
-      "critique_config", os.path.join(ROOT, "configs", "critique.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(variant)
+  return load_config("critique", variant)
 
 
 def test_break_even_interpolation():

@@ -2,7 +2,6 @@
 the censored steps-to-level logic and the slope interval against hand values, the
 method names, config validation, and a tiny end-to-end run that is killed after its
 first cell and resumed (the finished cell skipped, not recomputed)."""
-import importlib.util
 import json
 import os
 
@@ -11,16 +10,11 @@ import pytest
 
 from credit_jax.algos import ConfigError
 from credit_jax.experiments import horizon, horizon_methods, horizon_report, report
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from config_files import load_config
 
 
 def study_config(variant):
-  spec = importlib.util.spec_from_file_location(
-      "horizon_study_config", os.path.join(ROOT, "configs", "horizon_study.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(variant)
+  return load_config("horizon_study", variant)
 
 
 # --- censoring and statistics against hand values -----------------------------------------

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from credit_jax.experiments import horizon_report
-from configs import horizon_study
+from config_files import load_config
 
 
 def _cell(method, horizon, trace, along, true_norm=0.5, last=None):
@@ -46,7 +46,7 @@ def test_noise_slopes_need_update_0_and_two_horizons():
 
 
 def test_noise_table_values_and_order():
-  config = horizon_study.get_config("smoke")
+  config = load_config("horizon_study", "smoke")
   cells = [_cell("m", 300, [4.0, 4.0], [0.5, 0.5], last=([8.0, 8.0], [0.25, 0.25])),
            _cell("m", 30, [2.0, 2.0], [0.25, 0.25])]
   summary = horizon_report.summarize(cells, None, {"chosen": {}}, config)

@@ -4,9 +4,7 @@ at equal env steps and equal updates), the equal-budget group size, GoalGrid's
 coordinate observation with relabeling, config validation, and tiny end-to-end runs
 (resumed: a finished cell is skipped, not recomputed; the search part counts its
 simulated env steps)."""
-import importlib.util
 import json
-import os
 
 import jax
 import jax.numpy as jnp
@@ -17,16 +15,11 @@ from credit_jax import envs
 from credit_jax.algos import ConfigError
 from credit_jax.experiments import horizon_remedies, report
 from credit_jax.experiments import horizon_remedies_report as rep
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from config_files import load_config
 
 
 def remedies_config(variant):
-  spec = importlib.util.spec_from_file_location(
-      "horizon_remedies_config", os.path.join(ROOT, "configs", "horizon_remedies.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(variant)
+  return load_config("horizon_remedies", variant)
 
 
 # --- statistics against hand values ---------------------------------------------------------

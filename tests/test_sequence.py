@@ -1,7 +1,5 @@
 """Tests for sequence policies: the rollout carry, the GRU and transformer networks, and PPO
 with them (credit_jax.sequence_networks, rollout's PolicyState, algos.ppo_sequence)."""
-import importlib.util
-import os
 
 import jax
 import jax.numpy as jnp
@@ -11,20 +9,13 @@ import pytest
 
 from credit_jax import algos, envs, rollout
 from credit_jax import sequence_networks as sn
+from config_files import load_config
 from credit_jax.algos import common, ppo
 from credit_jax.types import PolicyState, SequencePolicy
 
-CONFIG_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "configs")
 collect = jax.jit(rollout.collect, static_argnums=(0, 2, 7))
 KEYCHAIN = envs.make("KeyChain-v0", horizon=4, num_pivotal=2, num_actions=3)
 CARTPOLE = envs.make("CartPole-v1", max_steps_in_episode=6)
-
-
-def load_config(name, variant=None):
-  spec = importlib.util.spec_from_file_location(name, os.path.join(CONFIG_DIR, name + ".py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(variant)
 
 
 def counting_policy(num_actions):

@@ -6,8 +6,6 @@ the rollout's own log-probs, and a truncated-BPTT loss written independently (a 
 loop over chunks, each replayed from the full replay's hidden state with
 `jax.lax.stop_gradient`).
 """
-import importlib.util
-import os
 
 import jax
 import jax.numpy as jnp
@@ -16,18 +14,11 @@ import pytest
 
 from credit_jax import algos, envs, fast_paths, rollout
 from credit_jax import sequence_networks as sn
+from config_files import load_config
 from credit_jax.algos import common, losses, ppo_sequence
 
-CONFIG_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "configs")
 collect = jax.jit(rollout.collect, static_argnums=(0, 2, 7))
 HP = {"clip_eps": 0.2, "vf_coef": 0.5, "ent_coef": 0.01}
-
-
-def load_config(name, variant=None):
-  spec = importlib.util.spec_from_file_location(name, os.path.join(CONFIG_DIR, name + ".py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(variant)
 
 
 def _net(shared):
