@@ -3,7 +3,7 @@
   JAX_PLATFORMS=cpu python3 scripts/bench_sequence.py
   python3 scripts/bench_sequence.py --num_envs=64 --repeats=7       # GPU
 
-Two measurements (compile excluded everywhere: each program is compiled and run once
+Three measurements (compile excluded everywhere: each program is compiled and run once
 before timing; the timed runs of the systems alternate, round after round, so a drift of
 a shared machine's speed hits all alike; medians of `--repeats` rounds, and for ratios
 the median of the per-round ratios):
@@ -12,9 +12,13 @@ the median of the per-round ratios):
    history window), `configs/ppo_gru_keychain.py` with `num_steps = 1000` (one rollout
    window = one episode), `--num_envs` environments, 2 epochs x 2 minibatches,
    `--updates` updates per compiled call; the same config with `network.kind` "mlp"
-   (PPO's 64-64 tanh MLP actor-critic), "gru" (64-unit encoder, 64-unit GRU, shared
-   trunk) and "transformer" (d_model 32, 2 heads, 1 layer, 64 cache slots). Target for
-   the GRU: >= 0.3 of the MLP's steps/s. Every row is traced with `credit_jax.fast_paths`
+   (PPO's default MLP actor-critic, `ppo.default_config()`: a 64-64 tanh torso each for
+   the policy and the value), "mlp, shared torso" (one 64-64 torso under both heads, as
+   the GRU's trunk is shared; before 2026-12-02 this benchmark's "mlp" row was this one,
+   inheriting the GRU config's `network.shared_torso = True`), "gru" (64-unit encoder,
+   64-unit GRU, shared trunk) and "transformer" (d_model 32, 2 heads, 1 layer, 64 cache
+   slots). Target for the GRU: >= 0.3 of the MLP's steps/s; the fractions of both MLP
+   rows are printed. Every row is traced with `credit_jax.fast_paths`
    on (as `scripts/train.py` does on CPU) except "gru (plain)", the same GRU PPO traced
    with them off (jax's tanh/sigmoid and autodiff through the loop, see
    `credit_jax/gru.py`, and GAE's values from a replay of the window instead of the
@@ -28,7 +32,18 @@ the median of the per-round ratios):
    `--old_gru=GRU_FILE,SN_FILE` adds "gru (old gru.py)": the GRU PPO with the cell of a
    previous `credit_jax/gru.py` and the `sequence_networks.py` of its commit (fast paths
    on), e.g. the fused-gate cell before the split gates.
-2. Transformer acting cost per step at episode step 10 vs step 1000 (`--num_envs`
+   `--gru_sizes=32` adds rows "gru, gru_size=N": the fast-path GRU with an N-unit cell
+   (the encoder stays 64 units), for choosing a network's size by its cost.
+2. Where the time of one PPO update goes (`--breakdown`, on by default), MLP and GRU at
+   the same T and `--num_envs`: each update is timed with 1 and with 2 epochs of 2
+   minibatches, so one minibatch gradient (with its optimizer step) is
+   `(t2 - t1) / 2` and the rest of the update (rollout, GAE, bookkeeping) `2 t1 - t2`;
+   the GRU's `gru.scan` forward and backward alone, at one minibatch's shape, is timed
+   beside them. Multiply-adds per sample and forward pass are the networks' kernel
+   weights (every kernel is used once per step; biases and activations left out), so
+   `multiply-adds x samples x (1 + 3 x epochs)` (one forward to act, a forward and two
+   backward products per gradient) gives each update's work and its GFLOP/s.
+3. Transformer acting cost per step at episode step 10 vs step 1000 (`--num_envs`
    environments vmapped, d_model 32, 2 heads, 1 layer, `max_len` = 1024 so the whole
    episode is in the attention window):
    * with the KV cache: `TransformerActorCritic.step`, timed as a scan of 16 steps from
@@ -68,6 +83,12 @@ _OLD_GRU = flags.DEFINE_list(
     "653e042:credit_jax/sequence_networks.py > /tmp/old_gru_sn.py`); adds a row "
     "'gru (old gru.py)', the GRU PPO with those networks (fast paths on), timed in the "
     "same rounds")
+_SIZES = flags.DEFINE_list(
+    "gru_sizes", [], "optional: GRU rows with network.gru_size = each of these, fast paths "
+    "on (the encoder stays 64 units)")
+_BREAKDOWN = flags.DEFINE_boolean(
+    "breakdown", True, "time the pieces of one PPO update (MLP and GRU): rollout and "
+    "rest, one minibatch gradient, the GRU scan's forward and backward")
 _OLD_PPO = flags.DEFINE_string(
     "old_ppo_sequence", None,
     "optional: a previous credit_jax/algos/ppo_sequence.py (e.g. `git show "
@@ -109,40 +130,53 @@ def _load_module(path, name):
   return module
 
 
-def ppo_programs(num_envs, horizon, updates, old_networks=None, chunks=(),
-                 old_ppo=None, old_gru=None):
-  """`{name: (compiled train, (key,))}` and the compile seconds of each; with
-  `old_networks` (a sequence_networks module) also "gru (old)", PPO's GRU built by it;
-  with `chunks` rows "gru, bptt_chunk=L"; with `old_ppo` (a ppo_sequence module) "gru (old
-  ppo_sequence)", the GRU PPO it builds, and "gru (old)" is built by it too (networks
-  from before 8df80de need a ppo_sequence of their time: the current one stores the
-  GRU's hidden states through `make_sequence_policy(..., carry=True)`)."""
-  import jax  # pylint: disable=import-outside-toplevel
+def bench_config(name, num_envs, horizon, updates, epochs=2):
+  """The PPO config of a row `name` ("mlp", "gru", "gru, bptt_chunk=L", "gru,
+  gru_size=N", "transformer", ...): `configs/ppo_gru_keychain.py` at T = `horizon` (one
+  rollout window = one episode), `num_envs` environments, `epochs` x 2 minibatches,
+  `updates` updates."""
   import importlib.util  # pylint: disable=import-outside-toplevel
   import os  # pylint: disable=import-outside-toplevel
   path = os.path.join(os.path.dirname(__file__), os.pardir, "configs", "ppo_gru_keychain.py")
   spec = importlib.util.spec_from_file_location("ppo_gru_keychain", path)
   ppo_gru_keychain = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(ppo_gru_keychain)
+  c = ppo_gru_keychain.get_config()
+  c.env_kwargs.horizon, c.num_steps, c.num_envs = horizon, horizon, num_envs
+  c.num_minibatches, c.update_epochs = 2, epochs
+  c.total_timesteps = updates * num_envs * horizon
+  c.network.kind = name.split()[0].rstrip(",")
+  if c.network.kind == "mlp":       # PPO's default actor-critic: a 64-64 torso each
+    c.network.hidden_sizes = (64, 64)
+    c.network.shared_torso = name == "mlp, shared torso"
+  if "bptt_chunk=" in name:
+    c.network.bptt_chunk = int(name.split("=")[1])
+  if "gru_size=" in name:
+    c.network.gru_size = int(name.split("=")[1])
+  return c
+
+
+def ppo_programs(num_envs, horizon, updates, old_networks=None, chunks=(),
+                 old_ppo=None, old_gru=None, sizes=()):
+  """`{name: (compiled train, (key,))}` and the compile seconds of each; with
+  `old_networks` (a sequence_networks module) also "gru (old)", PPO's GRU built by it;
+  with `chunks` rows "gru, bptt_chunk=L"; with `sizes` rows "gru, gru_size=N"; with
+  `old_ppo` (a ppo_sequence module) "gru (old ppo_sequence)", the GRU PPO it builds, and
+  "gru (old)" is built by it too (networks from before 8df80de need a ppo_sequence of
+  their time: the current one stores the GRU's hidden states through
+  `make_sequence_policy(..., carry=True)`)."""
+  import jax  # pylint: disable=import-outside-toplevel
   from credit_jax import algos, fast_paths  # pylint: disable=import-outside-toplevel
   from credit_jax.algos import ppo, ppo_sequence  # pylint: disable=import-outside-toplevel
   from credit_jax import gru  # pylint: disable=import-outside-toplevel
   fns, compile_s = {}, {}
-  names = (("mlp", "gru", "gru (plain)") + tuple(f"gru, bptt_chunk={int(n)}" for n in chunks)
+  names = (("mlp", "mlp, shared torso", "gru", "gru (plain)") + tuple(f"gru, bptt_chunk={int(n)}" for n in chunks)
+           + tuple(f"gru, gru_size={int(n)}" for n in sizes)
            + (("gru (old ppo_sequence)",) if old_ppo else ())
            + (("gru (old)",) if old_networks else ())
            + (("gru (old gru.py)",) if old_gru else ()) + ("transformer",))
   for name in names:
-    kind = name.split()[0].rstrip(",")
-    c = ppo_gru_keychain.get_config()
-    c.env_kwargs.horizon, c.num_steps, c.num_envs = horizon, horizon, num_envs
-    c.num_minibatches, c.update_epochs = 2, 2
-    c.total_timesteps = updates * num_envs * horizon
-    c.network.kind = kind
-    if kind == "mlp":
-      c.network.hidden_sizes = (64, 64)
-    if "bptt_chunk=" in name:
-      c.network.bptt_chunk = int(name.split("=")[1])
+    c = bench_config(name, num_envs, horizon, updates)
     key = jax.random.PRNGKey(0)
     start = time.perf_counter()
     old_row = name in ("gru (old)", "gru (old ppo_sequence)")
@@ -164,6 +198,81 @@ def ppo_programs(num_envs, horizon, updates, old_networks=None, chunks=(),
     compile_s[name] = time.perf_counter() - start
     fns[name] = (fn, (key,))
   return fns, compile_s
+
+
+def kernel_weights(params) -> int:
+  """Multiply-adds per sample of one forward pass: the number of kernel weights (every
+  `kernel` of the parameter tree, the GRU's gate kernels included, is used once)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+  return sum(int(x.size) for path, x in leaves
+             if getattr(path[-1], "key", None) == "kernel")
+
+
+def update_pieces(num_envs, horizon, repeats):
+  """`{kind: {piece: seconds}}` for kind "mlp" and "gru" (fast paths on): "update" (2
+  epochs x 2 minibatches), "gradient" (one minibatch's, with its optimizer step),
+  "rest" (rollout, GAE and bookkeeping), "scan" (the GRU's `gru.scan` forward and
+  backward at one minibatch's shape), and "weights" (multiply-adds per sample)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from credit_jax import algos, fast_paths, gru  # pylint: disable=import-outside-toplevel
+  key = jax.random.PRNGKey(0)
+  fns, weights = {}, {}
+  with fast_paths.use(True):
+    for kind in ("mlp", "gru"):
+      for epochs in (1, 2):
+        train = algos.make_train(bench_config(kind, num_envs, horizon, 1, epochs))
+        state = jax.jit(train.init)(key)
+        fn = jax.jit(lambda s, train=train: train.update(s)[0].params)
+        jax.block_until_ready(fn(state))
+        fns[kind, epochs] = (fn, (state,))
+        weights[kind] = kernel_weights(state.params)
+    hidden = 64
+    k = jax.random.split(key, 5)
+    ws = tuple(0.1 * jax.random.normal(k[i], (1, hidden, hidden)) for i in range(3))
+    b_h = 0.1 * jax.random.normal(k[3], (1, 3 * hidden))
+    xp = jax.random.normal(k[4], (num_envs // 2, horizon, 1, 3 * hidden))
+    h0 = jnp.zeros((num_envs // 2, 1, hidden))
+    starts = jnp.zeros((num_envs // 2, horizon), bool)
+    scan = jax.vmap(gru.scan, in_axes=(None, None, 0, 0, 0))
+    grad = jax.jit(jax.grad(lambda w, b, x: jnp.sum(jnp.sin(scan(w, b, h0, x, starts))),
+                            argnums=(0, 1, 2)))
+    jax.block_until_ready(grad(ws, b_h, xp))
+    fns["scan"] = (grad, (ws, b_h, xp))
+  times = {name: statistics.median(ts) for name, ts in _rounds(fns, repeats).items()}
+  pieces = {}
+  for kind in ("mlp", "gru"):
+    t1, t2 = times[kind, 1], times[kind, 2]
+    pieces[kind] = {"update": t2, "gradient": (t2 - t1) / 2, "rest": 2 * t1 - t2,
+                    "weights": weights[kind]}
+  pieces["gru"]["scan"] = times["scan"]
+  return pieces
+
+
+def print_pieces(pieces, num_envs, horizon):
+  samples = num_envs * horizon
+  print(f"\nWhere one PPO update goes (T={horizon}, {num_envs} envs, 2 epochs x 2 "
+        f"minibatches, fast paths on; medians; gradient = (t(2 epochs) - t(1)) / 2, "
+        f"rest = 2 t(1) - t(2))")
+  print("| piece | mlp ms | gru ms | gru / mlp |")
+  print("|---|---|---|---|")
+  mlp, gru_ = pieces["mlp"], pieces["gru"]
+  for name, label in (("update", "whole update"), ("rest", "rollout, GAE, bookkeeping"),
+                      ("gradient", "one minibatch gradient (4 per update)")):
+    print(f"| {label} | {1e3 * mlp[name]:.2f} | {1e3 * gru_[name]:.2f} | "
+          f"{gru_[name] / mlp[name]:.2f} |")
+  print(f"| gru.scan forward + backward ({num_envs // 2} x {horizon} steps; inside each "
+        f"gradient) | - | {1e3 * gru_['scan']:.2f} | - |")
+  flop = {k: 2 * p["weights"] * samples * (1 + 3 * 2) for k, p in pieces.items()}
+  print(f"| multiply-adds per sample and forward pass (kernel weights) | "
+        f"{mlp['weights']} | {gru_['weights']} | {gru_['weights'] / mlp['weights']:.2f} |")
+  print(f"| GFLOP/s over the update (2 x weights x samples x (1 + 3 x epochs)) | "
+        f"{1e-9 * flop['mlp'] / mlp['update']:.1f} | {1e-9 * flop['gru'] / gru_['update']:.1f}"
+        f" | {flop['gru'] / gru_['update'] / (flop['mlp'] / mlp['update']):.2f} |")
+  print(f"At the MLP's GFLOP/s the GRU PPO would run at {mlp['weights'] / gru_['weights']:.3f}"
+        f" of the MLP's env steps/s; the GRU's scans (4 x forward + backward) take "
+        f"{4 * gru_['scan'] / gru_['update']:.0%} of its update.")
 
 
 def acting_programs(num_envs, steps):
@@ -227,19 +336,21 @@ def main(argv):
     old_gru = (_load_module(_OLD_GRU.value[0], "old_gru"),
                _load_module(_OLD_GRU.value[1], "old_gru_sequence_networks"))
     old_gru[1].gru = old_gru[0]                # its networks run its cell
+  sizes = [int(n) for n in _SIZES.value]
   ppo, compile_s = ppo_programs(num_envs, horizon, _UPDATES.value, old, chunks, old_ppo,
-                                old_gru)
+                                old_gru, sizes)
   times = _rounds(ppo, repeats)
   env_steps = _UPDATES.value * num_envs * horizon
   print(f"\nPPO on KeyChain-v0 T={horizon} (k=2, A=2, cue_delay=16), {num_envs} envs x "
         f"{horizon} steps per update, 2 epochs x 2 minibatches, {_UPDATES.value} updates "
         f"per call")
-  print("| network | env steps/s (median) | s per call (min) | fraction of MLP "
-        "(median of paired ratios) | compile s |")
-  print("|---|---|---|---|---|")
+  print("| network | env steps/s (median) | s per call (min) | fraction of mlp "
+        "(median of paired ratios) | fraction of mlp, shared torso | compile s |")
+  print("|---|---|---|---|---|---|")
   for kind, ts in times.items():
     print(f"| {kind} | {env_steps / statistics.median(ts):.3g} | {min(ts):.3f} | "
-          f"{_paired(times, 'mlp', kind):.3f} | {compile_s[kind]:.1f} |")
+          f"{_paired(times, 'mlp', kind):.3f} | "
+          f"{_paired(times, 'mlp, shared torso', kind):.3f} | {compile_s[kind]:.1f} |")
   print(f"GRU PPO, fast paths on over off (median of paired ratios): "
         f"{_paired(times, 'gru (plain)', 'gru'):.2f}x")
   for n in chunks:
@@ -254,6 +365,9 @@ def main(argv):
   if old:
     print(f"GRU speed-up over the old networks (median of paired ratios): "
           f"{_paired(times, 'gru (old)', 'gru'):.2f}x")
+
+  if _BREAKDOWN.value:
+    print_pieces(update_pieces(num_envs, horizon, repeats), num_envs, horizon)
 
   acting = acting_programs(num_envs, steps)
   times = _rounds(acting, repeats)

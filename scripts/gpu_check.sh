@@ -57,6 +57,7 @@ step gae 90 python3 scripts/bench_gae.py
 step env 60 python3 scripts/bench_env.py
 step search 90 python3 scripts/bench_search.py --batch=1024
 # Issue 17: GRU/transformer PPO steps/s vs the MLP at T = 1000; transformer acting cost
-# at step 1000 vs 10 with and without the KV cache; the GRU with bptt_chunk = 100.
-step sequence 150 python3 scripts/bench_sequence.py --num_envs=64 --repeats=5 --bptt_chunks=100
+# at step 1000 vs 10 with and without the KV cache; the GRU with bptt_chunk = 100 and a
+# 32-unit GRU; where one update's time goes (rollout, minibatch gradient, scan).
+step sequence 240 python3 scripts/bench_sequence.py --num_envs=64 --repeats=5 --bptt_chunks=100 --gru_sizes=32
 echo "done $(date -u +%H:%M:%S)"
