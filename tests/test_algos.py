@@ -1,9 +1,7 @@
 """Tests for credit_jax.algos: config validation, recipe pieces, sweeps, NaN stops,
 and seeded learning tests (GRPO on KeyChain; PPO on CartPole, marked slow)."""
-import importlib.util
 import json
 import math
-import os
 
 import jax
 import jax.numpy as jnp
@@ -14,19 +12,12 @@ from credit_jax import algos, checkpoint, envs, metrics, rollout
 from credit_jax import run as runner
 from credit_jax.algos import common, episodes, grpo, losses, ppo, reinforce
 from credit_jax.types import Trajectory
+from config_files import load_config
 
-CONFIG_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "configs")
 CONFIGS = {"ppo_cartpole": (None, "small"), "grpo_keychain": (None, "small", "delay"),
            "reinforce_keychain": (None, "small"), "dqn_bitflip": (None, "noher", "small"),
            "grpo_hindsight_goalgrid": (None, "none", "iw", "small"),
            "search_then_train_keychain": (None, "small")}
-
-
-def load_config(name, variant=None):
-  spec = importlib.util.spec_from_file_location(name, os.path.join(CONFIG_DIR, name + ".py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(variant)
 
 
 def tiny_reinforce(**overrides):

@@ -10,6 +10,7 @@ import pytest
 from credit_jax import curriculum as cur
 from credit_jax import envs
 from credit_jax.algos import ConfigError, grpo
+from config_files import load_config
 
 
 def test_fixed_stage():
@@ -228,18 +229,12 @@ def test_curriculum_experiment_smoke(tmp_path, monkeypatch):
   check the configs they build (their recipe validates them, their envs reset and step)
   and return synthetic curves, so every part's summary, verdicts and figures, and
   resummarize, run in two compiles."""
-  import importlib.util
   import json
-  import os
   from credit_jax.experiments import curriculum as exp
   from credit_jax.experiments import curriculum_hierarchy as ch
   from credit_jax.experiments import report
   from credit_jax.algos import ppo
-  path = os.path.join(os.path.dirname(__file__), "..", "configs", "curriculum.py")
-  spec = importlib.util.spec_from_file_location("curriculum_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config("smoke")
+  config = load_config("curriculum", "smoke")
   real_curves, real_method, built = exp.train_curves, ch.train_method, {}
 
   def train_curves(c, methods, key, cfg, log=None):

@@ -1,7 +1,5 @@
 """Tests for credit_jax.algos.dqn: config checks, the epsilon-greedy policy, and a seeded
 learning test (BitFlip n=8: DQN+HER learns it, DQN alone does not, in one compiled call)."""
-import importlib.util
-import os
 
 import jax
 import jax.numpy as jnp
@@ -10,14 +8,11 @@ import pytest
 
 from credit_jax import algos
 from credit_jax.algos import common, dqn
+from config_files import load_config_module
 
 
 def _config(num_bits=6, her=True):
-  path = os.path.join(os.path.dirname(__file__), os.pardir, "configs", "dqn_bitflip.py")
-  spec = importlib.util.spec_from_file_location("dqn_bitflip_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.config(num_bits, her)
+  return load_config_module("dqn_bitflip").config(num_bits, her)
 
 
 @pytest.mark.parametrize("field,value,match", [

@@ -6,7 +6,6 @@ The experiments' scientific targets are measured by their full configs (README);
 check that the outputs are there, consistent and match independent references.
 """
 import importlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -22,18 +21,10 @@ from credit_jax import metrics
 from credit_jax.algos import ConfigError
 from credit_jax import experiments
 from credit_jax.experiments import grpo_degradation, report, variance_scaling
+from config_files import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def load_config(name, variant=None):
-  """configs/<name>.py's get_config(variant)."""
-  spec = importlib.util.spec_from_file_location(
-      f"{name}_config", os.path.join(ROOT, "configs", f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(variant)
 
 
 def check_png(path, min_bytes=10_000):

@@ -8,6 +8,7 @@ import pytest
 
 from credit_jax import curriculum, envs
 from credit_jax.algos import ConfigError, hierarchy
+from config_files import load_config_module
 
 
 def test_segment_returns_by_hand():
@@ -135,12 +136,7 @@ def test_hierarchy_learns_goalgrid():
 
 
 def test_config_file_variants():
-  import importlib.util
-  import os
-  path = os.path.join(os.path.dirname(__file__), "..", "configs", "hierarchy_goalgrid.py")
-  spec = importlib.util.spec_from_file_location("hierarchy_goalgrid", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = load_config_module("hierarchy_goalgrid")
   hierarchy.validate_config(module.get_config())
   c = module.get_config("small")
   c.worker_relabel, c.num_updates = False, 2

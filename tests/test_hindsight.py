@@ -1,7 +1,5 @@
 """Tests for credit_jax.hindsight (relabeling, schedule, importance weights) and the GRPO
 relabeling recipe: hand-computed goldens, verifier-only rewards, originals kept, jit/vmap."""
-import importlib.util
-import os
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +9,7 @@ import pytest
 from credit_jax import algos, envs, hindsight, rollout
 from credit_jax.algos import grpo_hindsight
 from credit_jax.types import Trajectory
+from config_files import load_config_module
 
 
 def _bitflip_failure():
@@ -189,10 +188,7 @@ def test_bad_inputs_are_named():
 
 def _load_config(variant):
   """configs/hindsight.py's experiment config, or its arms' recipe configs ("dqn", "grpo")."""
-  path = os.path.join(os.path.dirname(__file__), os.pardir, "configs", "hindsight.py")
-  spec = importlib.util.spec_from_file_location("hindsight_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = load_config_module("hindsight")
   if variant in ("dqn", "grpo"):
     return getattr(module, f"{variant}_config")()
   return module.get_config(variant)

@@ -1,7 +1,5 @@
 """Tests for PPO's independent critics (credit_jax.algos.ppo_critics) and KeyChain's
 oracle feature."""
-import importlib.util
-import os
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +9,7 @@ import pytest
 
 from credit_jax import algos, envs, gae_gradient, rollout
 from credit_jax.algos import common, ppo, ppo_critics
+from config_files import load_config_module
 
 collect = jax.jit(rollout.collect, static_argnums=(0, 2, 7))
 
@@ -304,11 +303,7 @@ def test_gae_gradient_config_errors(change, match):
 
 @pytest.mark.parametrize("variant", [None, "oracle", "obs", "small"])
 def test_critic_keychain_config_variants_validate_and_build(variant):
-  path = os.path.join(os.path.dirname(__file__), os.pardir, "configs",
-                      "ppo_critic_keychain.py")
-  spec = importlib.util.spec_from_file_location("ppo_critic_keychain", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = load_config_module("ppo_critic_keychain")
   c = module.get_config(variant)
   train = algos.make_train(c)
   assert isinstance(train, gae_gradient.MeasuredTrain) and c.network.kind == "mlp"

@@ -3,7 +3,6 @@ table): a second writer, a stale lock, a damaged newest checkpoint, SIGTERM, a s
 chunk. Runs in this process share one compiled tiny config; a subprocess is used where the
 fault needs a process of its own."""
 import glob
-import importlib.util
 import os
 import re
 import shutil
@@ -17,6 +16,7 @@ import time
 import pytest
 
 from credit_jax import checkpoint, interrupts, metrics, run, watchdog, workdir
+from config_files import load_config
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
 TRAIN = os.path.join(REPO, "scripts", "train.py")
@@ -32,11 +32,7 @@ TINY_FLAGS = ("--config=configs/reinforce_keychain.py:small",
 
 
 def tiny_config(**overrides):
-  spec = importlib.util.spec_from_file_location(
-      "reinforce_keychain", os.path.join(REPO, "configs", "reinforce_keychain.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config("small")
+  c = load_config("reinforce_keychain", "small")
   c.env_kwargs.horizon, c.env_kwargs.num_pivotal, c.env_kwargs.num_actions = 6, 1, 2
   c.horizon, c.num_envs, c.num_updates = 6, 8, TOTAL
   c.network.hidden_sizes = (16,)

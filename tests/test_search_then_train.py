@@ -4,9 +4,6 @@ Shapes come from configs/search_then_train_keychain.py's "small" variant (KeyCha
 k=2, 4 tasks x 2 episodes, 16 simulations), where sampling almost always fails and search
 often succeeds.
 """
-import importlib.util
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,16 +12,11 @@ import pytest
 from credit_jax import networks
 from credit_jax.algos import common
 from credit_jax.algos import search_then_train as stt
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from config_files import load_config
 
 
 def _config(**overrides):
-  spec = importlib.util.spec_from_file_location(
-      "stt_config", os.path.join(ROOT, "configs", "search_then_train_keychain.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config("small")
+  c = load_config("search_then_train_keychain", "small")
   for k, v in overrides.items():
     c[k] = v
   return c

@@ -292,6 +292,10 @@ def test_rational_tanh_matches_jnp_tanh():
   got = jax.jit(gru.tanh)(x)
   np.testing.assert_allclose(got, jnp.tanh(x), rtol=3e-7, atol=3e-7)
   assert float(jnp.max(jnp.abs(got))) <= 1.0
-  # Against float64 tanh: as close as jnp.tanh itself (both ~2.8e-7).
+  # Against float64 tanh. Largest errors measured on these points (jax 0.10.2, CPU): at
+  # XLA's default optimisation level (3), 2.60e-7, as jnp.tanh's own (the polynomials
+  # are evaluated with fused multiply-adds); at --xla_backend_optimization_level=0 (the
+  # test suite's setting, tests/conftest.py; no fused multiply-adds), 3.19e-7, while
+  # jnp.tanh stays 2.60e-7. 4e-7 holds at both levels.
   ref = np.tanh(np.asarray(x, np.float64))
-  assert np.max(np.abs(np.asarray(got, np.float64) - ref)) <= 3e-7
+  assert np.max(np.abs(np.asarray(got, np.float64) - ref)) <= 4e-7
