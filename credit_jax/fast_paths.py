@@ -22,8 +22,7 @@ on a 2-core CPU (BENCHMARKS.md) are used:
   tests/test_algos.py).
 
 The GRU of `credit_jax/sequence_networks.py` has fast paths of its own, equal up to float
-rounding: split gates (three `[H, H]` recurrent matmuls instead of one `[H, 3H]`),
-written-out tanh/sigmoid and a hand-written backward (`credit_jax/gru.py`), and
+rounding: written-out tanh/sigmoid and a hand-written backward (`credit_jax/gru.py`), and
 GRU PPO's GAE reading the values its rollout computed instead of replaying the window
 (`credit_jax/algos/ppo_sequence.py`).
 

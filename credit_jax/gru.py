@@ -1,5 +1,5 @@
-"""A GRU cell with the input projection hoisted out of the loop and split recurrent gates,
-and a scan over a whole window with a hand-written backward.
+"""A GRU cell with the input projection hoisted out of the loop, and a scan over a whole
+window with a hand-written backward.
 
 `GRUCell` has the parameters of `flax.linen.GRUCell` (the same names, shapes and
 initial values: children `ir`, `iz`, `in` with kernel and bias, `hr`, `hz` without bias,
@@ -11,27 +11,30 @@ initial values: children `ir`, `iz`, `in` with kernel and bias, `hr`, `hz` witho
 arranged for speed (equal to flax's cell up to float rounding, tested): calling `GRUCell`
 returns the three input kernels concatenated into one `[E, 3H]` matrix (one input matmul,
 done for all steps at once, outside the loop, by the caller of `scan`) and the three
-recurrent `[H, H]` kernels (r, z, n). With the fast paths off a step concatenates them
-into one `[H, 3H]` matmul whose product is sliced per gate. That much is plain JAX and the
-default: `jnp.tanh`, `jax.nn.sigmoid`, and `jax.lax.scan` differentiated by JAX.
+recurrent `[H, H]` kernels (r, z, n). A step multiplies the hidden state by their
+concatenation, one `[H, 3H]` product sliced per gate. With the fast paths off that is
+plain JAX and the default: `jnp.tanh`, `jax.nn.sigmoid`, and `jax.lax.scan`
+differentiated by JAX.
 
-With `credit_jax.fast_paths` on (opt-in; the entry points turn it on for CPU runs) three
+With `credit_jax.fast_paths` on (opt-in; the entry points turn it on for CPU runs) two
 more rewrites are used, equal up to float rounding (tests/test_sequence_gru.py) and
 benchmarked both ways (BENCHMARKS.md, `scripts/bench_sequence.py`):
 
-  * split gates: a step multiplies each recurrent kernel on its own (three `[H, H]`
-    matmuls), so each gate's elementwise work runs on its own contiguous `[..., K, H]`
-    array instead of slices of one `[..., K, 3H]` product (cheaper on a 2-core CPU,
-    BENCHMARKS.md);
   * `sigmoid(a) = (1 + tanh(a / 2)) / 2`, and `tanh` written out as the rational
     function XLA itself uses for float32 (XLA's CPU code for `jnp.tanh` and the
     logistic inside a loop is slower than for the same arithmetic written out);
-  * `scan` (the training unroll) has a `jax.custom_vjp`: the forward loop keeps the
-    gates, the derivatives of each step's output through them are computed for all
-    steps at once after it, the backward loop propagates only the hidden-state gradient
-    (no transcendentals, three `[., H] x [H, H]` matmuls and a few products per step),
-    and the gate and kernel gradients are computed for all steps after it (the kernel's
-    as one matmul per gate instead of an accumulation inside the loop).
+  * `scan` (the training unroll) has a `jax.custom_vjp`: the recurrent kernels are
+    concatenated once, outside the loops; the forward loop keeps each step's output and
+    its gates r, z and `h W_hn + b_hn`, the derivatives of each step's output through
+    the gates are computed for all steps at once after it, the backward loop propagates
+    only the hidden-state gradient (no transcendentals: one `[., 3H] x [3H, H]` product
+    and a few multiplies per step), and the kernel gradient is one matmul for all steps
+    after it instead of an accumulation inside the loop.
+
+On a 2-core CPU the per-step cost of these loops is mostly the number of XLA operations
+in a step, each output kept included (BENCHMARKS.md, "Which MLP, and where a GRU PPO
+update goes"): one `[H, 3H]` product beat three `[H, H]` ones once the concatenation
+was taken out of the loop, and four kept outputs beat five.
 
 Shapes: `K` stacked cells ("trunks": 1 for a shared GRU, 2 for separate policy and value
 GRUs) run side by side in one loop: `h [..., K, H]`, projected inputs `[T, ..., K, 3H]`.
@@ -141,32 +144,9 @@ def kernels(w_h) -> Kernels:
   return tuple(w_h[..., i * size:(i + 1) * size] for i in range(3))
 
 
-def _split(b_h: Array, xp: Array):
-  """`(b_n [K, H], (x_r, x_z, x_n) [..., K, H])`: the projected inputs per gate, with the
-  recurrent biases of r and z (zeros for a `GRUCell`, whose `hr` and `hz` have none)
-  added to `x_r` and `x_z`."""
-  size = jnp.shape(b_h)[-1] // 3
-  piece = lambda a, i: a[..., i * size:(i + 1) * size]
-  xs = (piece(xp, 0) + piece(b_h, 0), piece(xp, 1) + piece(b_h, 1), piece(xp, 2))
-  return piece(b_h, 2), xs
-
-
 def _matmul(h: Array, w: Array) -> Array:
   """`[..., K, H] x [K, H, G] -> [..., K, G]`: each of the K trunks by its own kernel."""
   return jnp.einsum("...kh,khg->...kg", h, w)
-
-
-def _cell(ws, b_n, h, x_r, x_z, x_n):
-  """One step on gate-split arrays (see `_split`): `(h', r, z, n, hn)` with `hn = h W_hn
-  + b_hn` (the candidate's recurrent term, kept for the backward). Each gate has its own
-  `[H, H]` matmul, so its elementwise work runs on its own contiguous `[..., K, H]` array
-  (on CPU cheaper than slicing one `[..., K, 3H]` product: BENCHMARKS.md)."""
-  tanh_fn, sigmoid_fn = _activations()
-  r = sigmoid_fn(x_r + _matmul(h, ws[0]))
-  z = sigmoid_fn(x_z + _matmul(h, ws[1]))
-  hn = _matmul(h, ws[2]) + b_n
-  n = tanh_fn(x_n + r * hn)
-  return n + z * (h - n), r, z, n, hn
 
 
 def _fused_step(w_h: Array, b_h: Array, h: Array, xp: Array) -> Array:
@@ -185,11 +165,10 @@ def step(w_h, b_h: Array, h: Array, xp: Array) -> Array:
   """One GRU step of `K` stacked cells: `h [..., K, H]`, `xp [..., K, 3H]` (the input
   already projected: `x @ w_i + b_i`) -> `h' [..., K, H]`. `w_h`: `(w_hr, w_hz, w_hn)`
   `[K, H, H]` each, or their concatenation `[K, H, 3H]` (see `kernels`); `b_h [K, 3H]`
-  (gates r, z, n along the last axis). With the fast paths on each gate's kernel is its
-  own matmul; off, one matmul of the concatenated kernels (the module doc)."""
+  (gates r, z, n along the last axis). One matmul of the concatenated kernels; with the
+  fast paths on the written-out activations (the module doc)."""
   if fast_paths.enabled():
-    b_n, xs = _split(b_h, xp)
-    return _cell(kernels(w_h), b_n, h, *xs)[0]
+    return _fused_cell(_concatenated(w_h), b_h, h, xp)[0]
   return _fused_step(_concatenated(w_h), b_h, h, xp)
 
 
@@ -240,58 +219,78 @@ def _plain_scan(w_h, b_h, h0, xp, starts):
   return jax.lax.scan(body, h0, (xp, starts))[1]
 
 
-def _split_scan(ws, b_h, h0, xp, starts):
-  """Fast paths on, not differentiated: `_cell` (split gates) in a scan."""
-  b_n, xs = _split(b_h, xp)                # sliced once, outside the loop
+def _fused_cell(w_cat: Array, b_h: Array, h: Array, xp: Array):
+  """One fast-path step (acting and the training scan): one `[H, 3H]` product of the
+  concatenated kernels `w_cat [K, H, 3H]` (the training loops concatenate them once,
+  outside the loop), sliced per gate, with the written-out activations. Returns `(h', r,
+  z, n, hn)` with `hn = h W_hn + b_hn` (the backward keeps r, z and hn)."""
+  size = h.shape[-1]
+  tanh_fn, sigmoid_fn = _activations()
+  hh = _matmul(h, w_cat) + b_h
+  r = sigmoid_fn(xp[..., :size] + hh[..., :size])
+  z = sigmoid_fn(xp[..., size:2 * size] + hh[..., size:2 * size])
+  hn = hh[..., 2 * size:]
+  n = tanh_fn(xp[..., 2 * size:] + r * hn)
+  return n + z * (h - n), r, z, n, hn
+
+
+def _fast_scan(ws, b_h, h0, xp, starts):
+  """Fast paths on, not differentiated: `_fused_cell` in a scan."""
+  w_cat = _concatenated(ws)                 # once, outside the loop
 
   def body(h, inputs):
-    *x_t, start = inputs
-    h = _cell(ws, b_n, jnp.where(start, 0.0, h), *x_t)[0]
+    xp_t, start = inputs
+    h = _fused_cell(w_cat, b_h, jnp.where(start, 0.0, h), xp_t)[0]
     return h, h
-  return jax.lax.scan(body, h0, xs + (starts,))[1]
+  return jax.lax.scan(body, h0, (xp, starts))[1]
 
 
-_scan = jax.custom_vjp(_split_scan)   # the fast path: _scan_fwd / _scan_bwd below
+_scan = jax.custom_vjp(_fast_scan)   # the fast path: _scan_fwd / _scan_bwd below
 
 
 def _scan_fwd(ws, b_h, h0, xp, starts):
-  """The forward loop keeps each step's gates; the backward's per-step factors (the
-  derivatives of h' through n, z and r) are then computed for all steps at once."""
-  b_n, xs = _split(b_h, xp)
+  """The forward loop keeps each step's output and gates r, z and `hn` (four per-step
+  outputs: on CPU each costs about what a gate's arithmetic does); n and the backward's
+  per-step factors (the derivatives of h' through n, z and r) are then computed for all
+  steps at once."""
+  w_cat = _concatenated(ws)
 
   def body(h, inputs):
-    *x_t, start = inputs
-    out = _cell(ws, b_n, jnp.where(start, 0.0, h), *x_t)
-    return out[0], out
-  _, (hs, r, z, n, hn) = jax.lax.scan(body, h0, xs + (starts,))
+    xp_t, start = inputs
+    h, r, z, _, hn = _fused_cell(w_cat, b_h, jnp.where(start, 0.0, h), xp_t)
+    return h, (h, r, z, hn)
+  _, (hs, r, z, hn) = jax.lax.scan(body, h0, (xp, starts))
+  tanh_fn, _ = _activations()
+  n = tanh_fn(xp[..., 2 * hs.shape[-1]:] + r * hn)                     # as in the loop
   h_in = jnp.where(starts[:, None, None], 0.0,
                    jnp.concatenate([h0[None], hs[:-1]]))                 # [T, K, H]
   a = (1.0 - z) * (1.0 - n * n)          # dL/dn = dL/dh' * a   (through tanh)
   b = (h_in - n) * z * (1.0 - z)         # dL/dz = dL/dh' * b   (through the sigmoid)
   c = hn * (1.0 - r)                     # dL/dr = dL/d(hn) * c, dL/d(hn) = dL/dn * r
-  return hs, (ws, h_in, a, b, c, r, z, starts)
+  return hs, (ws, h_in, a, a * r, b, c, z, starts)
 
 
 def _scan_bwd(res, d_hs):
-  ws, h_in, a, b, c, r, z, starts = res
-  w_t = tuple(jnp.swapaxes(w, 1, 2) for w in ws)                       # [K, H, H]
+  ws, h_in, a, ar, b, c, z, starts = res
+  w_t = jnp.swapaxes(_concatenated(ws), 1, 2)           # [K, 3H, H]: W_hr^T; W_hz^T; W_hn^T
 
-  def body(d_next, inputs):   # propagates only dL/dh' (no transcendentals)
-    d_out, a_t, b_t, c_t, r_t, z_t, start = inputs
+  def body(d_next, inputs):   # propagates only dL/dh' (no transcendentals), one product
+    d_out, ar_t, b_t, c_t, z_t, start = inputs
     d_h = d_out + d_next
-    d_hn = d_h * a_t * r_t
-    d_in = (d_h * z_t + _matmul(d_hn * c_t, w_t[0]) + _matmul(d_h * b_t, w_t[1])
-            + _matmul(d_hn, w_t[2]))
+    d_hn = d_h * ar_t
+    d_gates = jnp.concatenate([d_hn * c_t, d_h * b_t, d_hn], axis=-1)   # [..., K, 3H]
+    d_in = d_h * z_t + _matmul(d_gates, w_t)
     return jnp.where(start, 0.0, d_in), d_h
 
   d_h0, d_h = jax.lax.scan(body, jnp.zeros_like(d_hs[0]),
-                           (d_hs, a, b, c, r, z, starts), reverse=True)  # d_h [T, K, H]
-  d_n = d_h * a
-  d_hn = d_n * r
-  d_gates = (d_hn * c, d_h * b, d_hn)                                    # r, z, hn
-  d_ws = tuple(jnp.einsum("tkh,tkg->khg", h_in, d) for d in d_gates)
-  d_b_h = jnp.concatenate([d.sum(axis=0) for d in d_gates], -1)
-  d_xp = jnp.concatenate(d_gates[:2] + (d_n,), axis=-1)
+                           (d_hs, ar, b, c, z, starts), reverse=True)    # d_h [T, K, H]
+  d_hn = d_h * ar
+  d_gates = jnp.concatenate([d_hn * c, d_h * b, d_hn], axis=-1)        # [T, K, 3H]: r, z, hn
+  d_w = jnp.einsum("tkh,tkg->khg", h_in, d_gates)                       # [K, H, 3H]
+  size = h_in.shape[-1]
+  d_ws = tuple(d_w[..., i * size:(i + 1) * size] for i in range(3))
+  d_b_h = d_gates.sum(axis=0)
+  d_xp = jnp.concatenate([d_gates[..., :2 * size], d_h * a], axis=-1)   # r, z, n (input)
   return d_ws, d_b_h, d_h0, d_xp, None
 
 

@@ -17,7 +17,7 @@ memory from step to step. Each offers two paths that compute the same function:
 `GRUActorCritic`: an MLP encoder, a GRU cell and linear heads; one trunk shared by the
 policy and the value, or one trunk each (`shared_torso=False`, the carry is then a pair).
 `unroll` encodes all steps and projects them onto the gates at once, scans only the
-recurrent part (`credit_jax.gru.scan`: three `[H, H]` matmuls per step, one per gate;
+recurrent part (`credit_jax.gru.scan`: one `[H, 3H]` matmul per step, sliced per gate;
 hand-written backward with the fast paths on), and applies the heads at once.
 
 `TransformerActorCritic`: a pre-LayerNorm causal transformer over the episode's tokens
@@ -76,8 +76,8 @@ class GRUActorCritic(nn.Module):
 
   Carry: `[hidden_size]` (shared trunk) or a pair of them (policy trunk, value trunk).
   `step` accepts any leading batch dims on all its arguments (the carry's included).
-  The cells are `credit_jax.gru.GRUCell`s (flax's `nn.GRUCell` parameters and function,
-  split gates); the `K` trunks (1 or 2) run side by side as stacked arrays
+  The cells are `credit_jax.gru.GRUCell`s (flax's `nn.GRUCell` parameters and
+  function); the `K` trunks (1 or 2) run side by side as stacked arrays
   `[..., K, .]`.
   """
   num_actions: int

@@ -31,7 +31,8 @@ the median of the per-round ratios):
    (fast paths on), e.g. the one before GAE read the rollout's values.
    `--old_gru=GRU_FILE,SN_FILE` adds "gru (old gru.py)": the GRU PPO with the cell of a
    previous `credit_jax/gru.py` and the `sequence_networks.py` of its commit (fast paths
-   on), e.g. the fused-gate cell before the split gates.
+   on), e.g. 38bd487's split-gate cell (three `[H, H]` products per step) against the
+   current one (one `[H, 3H]` product, the kernels concatenated outside the loops).
    `--gru_sizes=32` adds rows "gru, gru_size=N": the fast-path GRU with an N-unit cell
    (the encoder stays 64 units), for choosing a network's size by its cost.
 2. Where the time of one PPO update goes (`--breakdown`, on by default), MLP and GRU at

@@ -1,9 +1,9 @@
 """The fused GRU (credit_jax/gru.py) against flax's `nn.GRUCell` and against autodiff.
 
 Both ways: plain JAX (the default) and with `credit_jax.fast_paths` on (written-out
-tanh/sigmoid and the hand-written backward of `gru.scan`). The split-gate cell (one
-`[H, H]` recurrent matmul per gate, a fast path) is also checked against the previous
-formulation (one fused `[H, 3H]` matmul sliced per gate), gradients included.
+tanh/sigmoid and the hand-written backward of `gru.scan`). Both are also checked against
+the fused formulation written out here (one `[H, 3H]` matmul sliced per gate, jax's
+activations, autodiff), gradients included.
 
 The reference is the GRU actor-critic as it was before the fused cell: flax's
 `nn.GRUCell`, stepped in a `lax.scan` with jax's own autodiff. Same parameters (names,
@@ -219,8 +219,8 @@ def _scan_backward_equals_autodiff_of_the_loop():
 
 
 def _fused_step(w_h, b_h, h, xp):
-  """The previous formulation (before the split gates): one `[H, 3H]` recurrent matmul
-  whose product is sliced per gate; jax's tanh and sigmoid."""
+  """The reference formulation: one `[H, 3H]` recurrent matmul whose product is sliced
+  per gate; jax's tanh and sigmoid."""
   size = h.shape[-1]
   hh = jnp.einsum("...kh,khg->...kg", h, w_h) + b_h
   rz = jax.nn.sigmoid(xp[..., :2 * size] + hh[..., :2 * size])
@@ -237,17 +237,17 @@ def _fused_scan(w_h, b_h, h0, xp, starts):
 
 
 @pytest.mark.parametrize("fast,k,t", [(False, 2, 9), (True, 2, 9), (True, 1, 1)])
-def test_split_gates_equal_the_fused_formulation(fast, k, t):
+def test_step_and_scan_equal_the_fused_formulation(fast, k, t):
   """`gru.step` and `gru.scan` against the fused-matmul cell differentiated by JAX (the
-  formulation before the split gates, which the fast-paths-off path still is): with the
-  fast paths on (split gates, hand-written backward) and off, values and gradients in
-  all four inputs, nonzero recurrent biases on every gate, resets inside the window, jit
-  and vmap, the kernels given concatenated `[K, H, 3H]`."""
+  arithmetic the fast-paths-off path has): with the fast paths on (written-out
+  activations, hand-written backward) and off, values and gradients in all four inputs,
+  nonzero recurrent biases on every gate, resets inside the window, jit and vmap, the
+  kernels given concatenated `[K, H, 3H]`."""
   with fast_paths.use(fast):
-    _split_gates_equal_the_fused_formulation(k, t)
+    _step_and_scan_equal_the_fused_formulation(k, t)
 
 
-def _split_gates_equal_the_fused_formulation(k, t):
+def _step_and_scan_equal_the_fused_formulation(k, t):
   h = 5
   ks = jax.random.split(jax.random.key(9), 6)
   w_h = jax.random.normal(ks[0], (k, h, 3 * h)) * 0.6
