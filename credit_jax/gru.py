@@ -223,7 +223,9 @@ def _fused_cell(w_cat: Array, b_h: Array, h: Array, xp: Array):
   """One fast-path step (acting and the training scan): one `[H, 3H]` product of the
   concatenated kernels `w_cat [K, H, 3H]` (the training loops concatenate them once,
   outside the loop), sliced per gate, with the written-out activations. Returns `(h', r,
-  z, n, hn)` with `hn = h W_hn + b_hn` (the backward keeps r, z and hn)."""
+  z, n, hn)` with `hn = h W_hn + b_hn` (the backward keeps r, z and hn). The same
+  function as `_fused_step`, which the plain path keeps as it was (its arithmetic and so
+  its rounding unchanged for runs without the fast paths)."""
   size = h.shape[-1]
   tanh_fn, sigmoid_fn = _activations()
   hh = _matmul(h, w_cat) + b_h
@@ -270,6 +272,13 @@ def _scan_fwd(ws, b_h, h0, xp, starts):
   return hs, (ws, h_in, a, a * r, b, c, z, starts)
 
 
+def _gate_grads(d_h, ar, b, c):
+  """`[..., K, 3H]`: dL/d of the gates' recurrent terms (r, z, hn) from dL/dh' `d_h`
+  `[..., K, H]` and the forward's factors (`ar = a * r`, `b`, `c`; see `_scan_fwd`)."""
+  d_hn = d_h * ar
+  return jnp.concatenate([d_hn * c, d_h * b, d_hn], axis=-1)
+
+
 def _scan_bwd(res, d_hs):
   ws, h_in, a, ar, b, c, z, starts = res
   w_t = jnp.swapaxes(_concatenated(ws), 1, 2)           # [K, 3H, H]: W_hr^T; W_hz^T; W_hn^T
@@ -277,15 +286,12 @@ def _scan_bwd(res, d_hs):
   def body(d_next, inputs):   # propagates only dL/dh' (no transcendentals), one product
     d_out, ar_t, b_t, c_t, z_t, start = inputs
     d_h = d_out + d_next
-    d_hn = d_h * ar_t
-    d_gates = jnp.concatenate([d_hn * c_t, d_h * b_t, d_hn], axis=-1)   # [..., K, 3H]
-    d_in = d_h * z_t + _matmul(d_gates, w_t)
+    d_in = d_h * z_t + _matmul(_gate_grads(d_h, ar_t, b_t, c_t), w_t)
     return jnp.where(start, 0.0, d_in), d_h
 
   d_h0, d_h = jax.lax.scan(body, jnp.zeros_like(d_hs[0]),
                            (d_hs, ar, b, c, z, starts), reverse=True)    # d_h [T, K, H]
-  d_hn = d_h * ar
-  d_gates = jnp.concatenate([d_hn * c, d_h * b, d_hn], axis=-1)        # [T, K, 3H]: r, z, hn
+  d_gates = _gate_grads(d_h, ar, b, c)                                   # [T, K, 3H]
   d_w = jnp.einsum("tkh,tkg->khg", h_in, d_gates)                       # [K, H, 3H]
   size = h_in.shape[-1]
   d_ws = tuple(d_w[..., i * size:(i + 1) * size] for i in range(3))

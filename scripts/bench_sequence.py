@@ -136,13 +136,9 @@ def bench_config(name, num_envs, horizon, updates, epochs=2):
   gru_size=N", "transformer", ...): `configs/ppo_gru_keychain.py` at T = `horizon` (one
   rollout window = one episode), `num_envs` environments, `epochs` x 2 minibatches,
   `updates` updates."""
-  import importlib.util  # pylint: disable=import-outside-toplevel
   import os  # pylint: disable=import-outside-toplevel
   path = os.path.join(os.path.dirname(__file__), os.pardir, "configs", "ppo_gru_keychain.py")
-  spec = importlib.util.spec_from_file_location("ppo_gru_keychain", path)
-  ppo_gru_keychain = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(ppo_gru_keychain)
-  c = ppo_gru_keychain.get_config()
+  c = _load_module(path, "ppo_gru_keychain").get_config()
   c.env_kwargs.horizon, c.num_steps, c.num_envs = horizon, horizon, num_envs
   c.num_minibatches, c.update_epochs = 2, epochs
   c.total_timesteps = updates * num_envs * horizon
@@ -171,7 +167,8 @@ def ppo_programs(num_envs, horizon, updates, old_networks=None, chunks=(),
   from credit_jax.algos import ppo, ppo_sequence  # pylint: disable=import-outside-toplevel
   from credit_jax import gru  # pylint: disable=import-outside-toplevel
   fns, compile_s = {}, {}
-  names = (("mlp", "mlp, shared torso", "gru", "gru (plain)") + tuple(f"gru, bptt_chunk={int(n)}" for n in chunks)
+  names = (("mlp", "mlp, shared torso", "gru", "gru (plain)")
+           + tuple(f"gru, bptt_chunk={int(n)}" for n in chunks)
            + tuple(f"gru, gru_size={int(n)}" for n in sizes)
            + (("gru (old ppo_sequence)",) if old_ppo else ())
            + (("gru (old)",) if old_networks else ())
@@ -265,12 +262,16 @@ def print_pieces(pieces, num_envs, horizon):
           f"{gru_[name] / mlp[name]:.2f} |")
   print(f"| gru.scan forward + backward ({num_envs // 2} x {horizon} steps; inside each "
         f"gradient) | - | {1e3 * gru_['scan']:.2f} | - |")
-  flop = {k: 2 * p["weights"] * samples * (1 + 3 * 2) for k, p in pieces.items()}
+  epochs = 2                        # the update timed as "update": 2 epochs
+  flop = {k: 2 * p["weights"] * samples * (1 + 3 * epochs) for k, p in pieces.items()}
   print(f"| multiply-adds per sample and forward pass (kernel weights) | "
         f"{mlp['weights']} | {gru_['weights']} | {gru_['weights'] / mlp['weights']:.2f} |")
   print(f"| GFLOP/s over the update (2 x weights x samples x (1 + 3 x epochs)) | "
         f"{1e-9 * flop['mlp'] / mlp['update']:.1f} | {1e-9 * flop['gru'] / gru_['update']:.1f}"
         f" | {flop['gru'] / gru_['update'] / (flop['mlp'] / mlp['update']):.2f} |")
+  if any(p[k] <= 0 for p in (mlp, gru_) for k in ("gradient", "rest")):
+    print("A piece came out <= 0: the difference of two timings is within their noise "
+          "here; time a longer horizon or more --repeats.")
   print(f"At the MLP's GFLOP/s the GRU PPO would run at {mlp['weights'] / gru_['weights']:.3f}"
         f" of the MLP's env steps/s; the GRU's scans (4 x forward + backward) take "
         f"{4 * gru_['scan'] / gru_['update']:.0%} of its update.")

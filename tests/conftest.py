@@ -11,7 +11,7 @@ Optimisation level 0: the suite's time is mostly XLA compiles of small programs 
 run for a fraction of a second, so `--xla_backend_optimization_level=0` is appended to
 XLA_FLAGS (after any flags already there, which are kept; not when XLA_FLAGS already names
 that flag). It halves the compile time, makes runs about 2.5x slower, and cut the whole
-suite's user CPU by about 45% (BUILD.md, "CPU"). Tests whose numbers depend on the level
+suite's user CPU by 37-45% (BUILD.md, "CPU"). Tests whose numbers depend on the level
 state bounds that hold at both levels. This is test infrastructure only: the library and
 its entry points never set it. Opt out (XLA's default level) with
 `CREDIT_JAX_TEST_XLA_LEVEL0=0 python3 -m pytest ...`.

@@ -1,23 +1,15 @@
 """scripts/bench_sequence.py's row configs and its multiply-add count (kernel weights),
 checked against the networks' shapes by hand. No program is compiled or timed here."""
-import importlib.util
-import os
-
 import jax
 import pytest
 
 from credit_jax import algos
-
-_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "scripts",
-                     "bench_sequence.py")
+from config_files import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-  spec = importlib.util.spec_from_file_location("bench_sequence_for_tests", _PATH)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_script("bench_sequence")
 
 
 def _params(config):

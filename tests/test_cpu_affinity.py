@@ -1,15 +1,14 @@
 """Tests for scripts/cpu_affinity.py: which cores a benchmark process keeps."""
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
 
+from config_files import load_file
+
 PATH = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "cpu_affinity.py")
-spec = importlib.util.spec_from_file_location("cpu_affinity", PATH)
-cpu_affinity = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(cpu_affinity)
+cpu_affinity = load_file(PATH, "cpu_affinity")
 
 
 class FakeAffinity:
