@@ -205,14 +205,14 @@ def split_env_overrides(argv: Sequence[str], config_flag: str = "config"
 
 def make_flags_parser(config_flag: str = "config") -> Callable[[List[str]], List[str]]:
   """A `flags_parser` for `absl.app.run` that sets aside `--<config_flag>.env_kwargs.*`
-  arguments for `apply_env_overrides` and parses the rest as absl does.
+  arguments for `apply_env_overrides` and parses the rest as absl does, except that a
+  parse error is one line and exit status 2 (credit_jax/runtime/cli.py).
 
   The arguments are also taken out of `sys.argv`, which ml_collections' config flag reads
   by itself; `configure_process` re-executes with the command line as given.
   """
 
   def parse(argv: List[str]) -> List[str]:
-    from absl import app  # pylint: disable=g-import-not-at-top
     try:
       rest, found = split_env_overrides(argv, config_flag)
       sys_rest, _ = split_env_overrides(sys.argv, config_flag)
@@ -223,8 +223,64 @@ def make_flags_parser(config_flag: str = "config") -> Callable[[List[str]], List
     _ENV_OVERRIDES.update(found)
     _ORIGINAL_ARGV[:] = sys.argv
     sys.argv[:] = sys_rest
-    return app.parse_flags_with_usage(rest)
+    rest = _sibling("cli").parse_flags(rest)   # one-line errors, exit status 2
+    _note_file_env(config_flag)
+    return rest
   return parse
+
+
+def _sibling(name: str):
+  """credit_jax/runtime/<name>.py, without importing the credit_jax package when this
+  file was itself loaded by path (scripts/distributed.py, scripts/sweep.py)."""
+  module = sys.modules.get(f"credit_jax.runtime.{name}")
+  if module is None:
+    import importlib.util  # pylint: disable=g-import-not-at-top
+    spec = importlib.util.spec_from_file_location(
+        f"_credit_jax_{name}", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                            f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+  return module
+
+
+# The config file's own env_name and env_kwargs, recorded by the parser of
+# `make_flags_parser` when the command line changes `env_name` and not `env_kwargs`.
+_FILE_ENV: Dict[str, Any] = {}
+
+
+def _note_file_env(config_flag: str) -> None:
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  _FILE_ENV.clear()
+  flag = flags.FLAGS[config_flag]
+  overrides = getattr(flag, "override_values", None) or {}
+  if "env_name" not in overrides or any(k.split(".")[0] == "env_kwargs" for k in overrides):
+    return
+  try:
+    file_config = flag.parser.parse(flag.config_filename)   # the file, no overrides
+    _FILE_ENV.update(env_name=file_config.env_name,
+                     env_kwargs=dict(file_config.get("env_kwargs") or {}))
+  except Exception:  # pylint: disable=broad-except  # not a recipe config: nothing to drop
+    pass
+
+
+def _drop_file_env_kwargs(config) -> None:
+  """When `--config.env_name` named another env than the config file's, the file's
+  `env_kwargs` were options of that env: drop them (command-line options still apply)."""
+  if not _FILE_ENV or "env_name" not in config or "env_kwargs" not in config:
+    return
+  if config.env_name == _FILE_ENV["env_name"] or not dict(config.env_kwargs or {}):
+    return
+  dropped = ", ".join(f"{k}={v!r}" for k, v in sorted(dict(config.env_kwargs).items()))
+  unlocked = getattr(config, "unlocked", None)
+  if unlocked is not None:
+    import ml_collections  # pylint: disable=g-import-not-at-top
+    with unlocked():
+      config.env_kwargs = ml_collections.ConfigDict()
+  else:
+    config["env_kwargs"] = {}
+  _stderr(f"note: --config.env_name={config.env_name}: the config file's env_kwargs "
+          f"({dropped}) are options of {_FILE_ENV['env_name']} and were dropped; set "
+          f"{config.env_name}'s options with --config.env_kwargs.NAME=VALUE")
 
 
 def _option_defaults(env_name: str) -> Tuple[Dict[str, Any], str]:
@@ -276,6 +332,10 @@ def _parse_value(raw: str, default: Any) -> Any:
 def apply_env_overrides(config, overrides: Optional[Dict[str, str]] = None):
   """Sets `config.env_kwargs[NAME]` for each command-line `NAME=VALUE`; returns `config`.
 
+  When the command line set `--config.env_name` to another env than the config file's
+  (and did not set `--config.env_kwargs` as a whole), the file's `env_kwargs` are dropped
+  first, with a note on stderr: they were options of the file's env.
+
   Args:
     config: a parsed config with `env_name` and `env_kwargs` (a ConfigDict or dict, may
       be empty).
@@ -286,6 +346,7 @@ def apply_env_overrides(config, overrides: Optional[Dict[str, str]] = None):
     credit_jax.algos.ConfigError: one line naming the option and listing what is
       accepted (entry points print it and exit 2).
   """
+  _drop_file_env_kwargs(config)
   overrides = dict(_ENV_OVERRIDES if overrides is None else overrides)
   if not overrides:
     return config

@@ -45,14 +45,15 @@ import json
 import os
 import signal
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from credit_jax import algos
+from credit_jax import algos, envs
 from credit_jax.runtime import checkpoint as ckpt_lib
+from credit_jax.runtime import divergence
 from credit_jax.runtime import interrupts
 from credit_jax.runtime import launch
 from credit_jax.runtime import metrics as metrics_lib
@@ -61,11 +62,18 @@ from credit_jax.runtime import watchdog as watchdog_lib
 from credit_jax.runtime import workdir as workdir_lib
 
 CHECKPOINT_DIR = "checkpoints"
+BEST_DIR = "checkpoints_best"
 CURVE_FILE = "learning_curve.png"
 SUMMARY_FILE = "summary.json"
 # Fields that steer how a run is executed and logged, not what it computes: a resumed run
 # may change them.
-_RUN_CONTROL_FIELDS = ("chunk_updates", "checkpoint_every", "keep_checkpoints")
+_RUN_CONTROL_FIELDS = ("chunk_updates", "checkpoint_every", "keep_checkpoints",
+                       "best_metric")
+# Fields that set only how long a run is: a resumed run may change them (extend a
+# finished run) when the compiled update stays the same (`_check_extension`).
+LENGTH_FIELDS = ("num_updates", "total_timesteps")
+# Records the best checkpoint's score is averaged over (the newest, since the last save).
+_BEST_WINDOW = 10
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -93,10 +101,11 @@ def config_to_json(config) -> Dict[str, Any]:
   return json.loads(json.dumps(config.to_dict(), sort_keys=True, default=str))
 
 
-def _config_diff(saved: Dict[str, Any], current: Dict[str, Any], prefix: str = ""):
+def _config_diff(saved: Dict[str, Any], current: Dict[str, Any], prefix: str = "",
+                 skip=_RUN_CONTROL_FIELDS + LENGTH_FIELDS):
   diffs = []
   for k in sorted(set(saved) | set(current)):
-    if not prefix and k in _RUN_CONTROL_FIELDS:
+    if not prefix and k in skip:
       continue
     a, b = saved.get(k, "<missing>"), current.get(k, "<missing>")
     if isinstance(a, dict) and isinstance(b, dict):
@@ -212,9 +221,10 @@ def _lock_workdir(workdir: str, primary: bool, log) -> Optional[workdir_lib.Work
   return lock
 
 
-def _open_checkpoints(config, workdir: str) -> ckpt_lib.Checkpointer:
-  """The run's Checkpointer; ConfigError if the workdir holds another config's
-  checkpoints, CheckpointError if their config file is damaged."""
+def _open_checkpoints(config, workdir: str):
+  """`(checkpointer, saved config or None)` of the run; ConfigError if the workdir holds
+  another config's checkpoints (beyond `LENGTH_FIELDS`), CheckpointError if their config
+  file is damaged."""
   cfg_json = config_to_json(config)
   ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, CHECKPOINT_DIR),
                                max_to_keep=int(config.keep_checkpoints), config=cfg_json)
@@ -229,7 +239,42 @@ def _open_checkpoints(config, workdir: str) -> ckpt_lib.Checkpointer:
     raise algos.ConfigError(
         f"workdir {workdir} holds checkpoints of a different config ("
         + "; ".join(diffs) + "); use a fresh --workdir")
-  return ckpt
+  return ckpt, saved
+
+
+def _chunk_program(train, config, chunk: int) -> str:
+  """The lowered text of `train`'s compiled chunk of `chunk` updates over the seeds."""
+  init, run = make_run_fns(train)
+  keys = jax.ShapeDtypeStruct((int(config.seeds), 2), np.uint32)
+  target = jax.eval_shape(init, keys, train.default_hparams)
+  return run(chunk).lower(target, train.default_hparams).as_text()
+
+
+def _check_extension(config, saved: Optional[Dict[str, Any]], train, done: Optional[int],
+                     log) -> None:
+  """Allows a resumed run to change only its length (`LENGTH_FIELDS`) when every update
+  compiles to the same program either way, so the longer run continues this one exactly;
+  else ConfigError naming the field."""
+  current = config_to_json(config)
+  changed = [f for f in LENGTH_FIELDS if saved is not None
+             and saved.get(f, "<missing>") != current.get(f, "<missing>")]
+  if not changed:
+    return
+  what = ", ".join(f"config.{f} from {saved.get(f)!r} to {current.get(f)!r}"
+                   for f in changed)
+  previous = config.copy_and_resolve_references()
+  with previous.unlocked():
+    for f in changed:
+      previous[f] = saved[f]
+  chunk = int(config.chunk_updates)
+  if _chunk_program(algos.make_train(previous), previous, chunk) != _chunk_program(
+      train, config, chunk):
+    why = (" (config.anneal_lr=True: the learning rate falls to 0 over num_updates)"
+           if config.get("anneal_lr") else "")
+    raise algos.ConfigError(
+        f"config.{changed[0]}: changing {what} changes the compiled update{why}, so "
+        f"the longer run would not continue this one; use a fresh --workdir")
+  log(f"extending the run: {what}" + (f", from update {done}" if done else ""))
 
 
 def _initial_state(train, config, ckpt, mesh, init, hp, log):
@@ -259,9 +304,10 @@ def _initial_state(train, config, ckpt, mesh, init, hp, log):
 class _Loop:
   """The chunk loop of one run: compiles, runs, checks, logs and saves chunk by chunk."""
 
-  def __init__(self, config, train, run, compiled, ckpt, log, on_chunk):
+  def __init__(self, config, train, run, compiled, ckpt, log, on_chunk, best=None):
     self.config, self.train, self.run, self.ckpt = config, train, run, ckpt
-    self.log, self.on_chunk = log, on_chunk
+    self.log, self.on_chunk, self.best = log, on_chunk, best
+    self.guard = divergence.DivergenceGuard(lr=float(config.get("lr", float("nan"))))
     self.writer = _NoMetricsWriter()   # process 0 replaces it once the start is known
     self.total = train.num_updates
     self.hp = train.default_hparams
@@ -282,8 +328,22 @@ class _Loop:
 
   def save(self, done: int, state) -> None:
     if self.last_saved != done:
+      since = self.last_saved or 0
       self.ckpt.save(done, state)
       self.last_saved = done
+      self._offer_best(done, state, since)
+
+  def _offer_best(self, done: int, state, since: int) -> None:
+    """Keeps `state` as the best checkpoint when its score (the metric's mean over the
+    newest records since the previous save, at most `_BEST_WINDOW`) is the best yet."""
+    if self.best is None:
+      return
+    name = self.best.metric
+    values = [r[name] for r in self.records[-_BEST_WINDOW:]
+              if since < r["update"] <= done and name in r]
+    if values and self.best.offer(done, float(np.mean(values)), state):
+      self.log(f"best {name} so far ({np.mean(values):.3f}): kept the checkpoint of "
+               f"update {done} in {self.best.checkpointer.directory}")
 
   def _chunk(self, state, u: int):
     """Compiles (once per length) and runs a chunk of `u` updates; waits for it."""
@@ -300,10 +360,12 @@ class _Loop:
     loss = np.asarray(chunk_metrics["loss"])
     if not np.all(np.isfinite(loss)):
       seed, upd = np.argwhere(~np.isfinite(loss))[0]
+      last = (f"the last good checkpoint is update {self.last_saved} in "
+              f"{self.ckpt.directory}" if self.last_saved is not None else
+              "no checkpoint was saved before it")
       raise NonFiniteLossError(
           f"non-finite loss ({loss[seed, upd]}) at update {done + upd + 1} (seed "
-          f"{seed}); stopped without saving it. Last good checkpoint: update "
-          f"{self.ckpt.latest_step()} in {self.ckpt.directory}. Lower config.lr or check "
+          f"{seed}); stopped without saving it; {last}. Lower config.lr or check "
           f"the rewards/observations for inf/NaN.")
 
   def _interrupted(self, stop, done: int, abandoned: bool) -> Interrupted:
@@ -336,6 +398,8 @@ class _Loop:
       chunk_metrics = _to_host(chunk_metrics)
       self.run_s += dt
       self._check_finite(chunk_metrics, done)
+      for line in self.guard.observe(chunk_metrics, done + 1):
+        self.log(line)
       records = metrics_lib.chunk_to_records(chunk_metrics, done + 1, steps_per_update)
       self.writer.write_records(records)
       self.records += records
@@ -371,6 +435,10 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print,
     NonFiniteLossError: the loss became non-finite; the last good checkpoint is kept.
     Interrupted: SIGINT/SIGTERM; a checkpoint of the last completed update was saved.
   """
+  try:   # a "pkg.module:Class" env_name is imported and registered here
+    envs.resolve(config.env_name)
+  except ValueError as e:
+    raise algos.ConfigError(f"config.env_name: {e}") from None
   algos.validate_config(config)
   # With several processes (jax.distributed) all of them compute and save checkpoints;
   # process 0 alone logs and writes metrics, plots and the summary.
@@ -379,18 +447,19 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print,
     log = lambda _: None  # pylint: disable=unnecessary-lambda-assignment
   seeds = int(config.seeds)
   mesh = seed_mesh_for(seeds, log)   # None: one device, nothing sharded
-  workdir = os.path.abspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
+  workdir = workdir_lib.prepare(workdir)   # WorkdirError: a file, or not writable
   lock = _lock_workdir(workdir, primary, log)
-  ckpt = writer = None
+  ckpt = writer = best = None
   try:
     train, init, run, compiled = _shared_fns(config, mesh)
     total = train.num_updates
-    ckpt = _open_checkpoints(config, workdir)
-    loop = _Loop(config, train, run, compiled, ckpt, log, on_chunk)
+    ckpt, saved = _open_checkpoints(config, workdir)
+    best = _best_checkpoint(config, train, workdir)
+    loop = _Loop(config, train, run, compiled, ckpt, log, on_chunk, best)
     dog = watchdog_lib.Watchdog(watchdog, describe=loop.describe,
                                 advice=launch.hang_advice)
     with dog:
+      _check_extension(config, saved, train, ckpt.latest_step(), log)
       start, state = _initial_state(train, config, ckpt, mesh, init, loop.hp, log)
       log(f"{config.algo} on {config.env_name}: {total} updates x "
           f"{train.env_steps_per_update} env steps x {seeds} seed(s), chunks of "
@@ -405,9 +474,30 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print,
       writer.close()
     if ckpt is not None:
       ckpt.close()
+    if best is not None:
+      best.close()
     if lock is not None:
       lock.release()
   return summary
+
+
+def best_metric_of(config, train) -> Tuple[Optional[str], str]:
+  """`(metric, mode)` the best checkpoint is kept by: `config.best_metric` ("" or absent:
+  the recipe's first headline metric, e.g. success; "none": no best checkpoint);
+  minimised for `loss` and names ending in `_loss`, else maximised."""
+  name = str(config.get("best_metric", "") or "") or (train.headline[0] if train.headline
+                                                       else "")
+  if not name or name == "none":
+    return None, "max"
+  return name, "min" if name == "loss" or name.endswith("_loss") else "max"
+
+
+def _best_checkpoint(config, train, workdir: str) -> Optional[ckpt_lib.BestCheckpoint]:
+  name, mode = best_metric_of(config, train)
+  if name is None:
+    return None
+  return ckpt_lib.BestCheckpoint(os.path.join(workdir, BEST_DIR), name, mode,
+                                 config=config_to_json(config))
 
 
 def _finish(config, train, workdir: str, loop: _Loop, start: int, primary: bool, log):
