@@ -214,6 +214,16 @@ class Checkpointer:
 BEST_FILE = "best.json"
 
 
+def best_metric_of(config, headline) -> Tuple[Optional[str], str]:
+  """`(metric, mode)` a run keeps its best checkpoint by: `config.best_metric` ("" or
+  absent: the recipe's first headline metric, e.g. success; "none": no best checkpoint);
+  minimised for `loss` and names ending in `_loss`, else maximised."""
+  name = str(config.get("best_metric", "") or "") or (headline[0] if headline else "")
+  if not name or name == "none":
+    return None, "max"
+  return name, "min" if name == "loss" or name.endswith("_loss") else "max"
+
+
 class BestCheckpoint:
   """The checkpoint with the best value of one metric so far, in its own directory.
 

@@ -7,11 +7,17 @@
    compiles, naming the holder; a lock left by a killed run is taken over;
 3. resume from the newest checkpoint in `workdir/checkpoints` that restores (one that
    does not is reported and moved to `checkpoints_corrupt/`; the config must match the
-   one saved beside them), else initialise `config.seeds` seeds;
+   one saved beside them, except that a longer `num_updates` / `total_timesteps` extends
+   the run where the compiled update is unchanged: credit_jax/runtime/extend.py), else
+   initialise `config.seeds` seeds;
 4. run `config.chunk_updates` updates per compiled call (all seeds vmapped in it), and
-   after each chunk: stop on a non-finite loss before anything is written, append the
-   chunk's metrics to `metrics.jsonl` / TensorBoard, print a progress line, and save a
-   checkpoint every `config.checkpoint_every` updates and at the end;
+   after each chunk: stop on a non-finite loss before anything is written, warn once when
+   the entropy or gradient norm has collapsed to 0 or the loss exploded
+   (credit_jax/runtime/divergence.py), append the chunk's metrics to `metrics.jsonl` /
+   TensorBoard, print a progress line, and save a checkpoint every
+   `config.checkpoint_every` updates and at the end; at each save the checkpoint is also
+   kept in `checkpoints_best/` when its `config.best_metric` (default the first headline
+   metric; averaged over the records since the previous save, at most 10) is the best yet;
 5. plot the learning curve to `learning_curve.png` and write `summary.json`.
 
 A run never hangs silently or dies without a checkpoint it could have saved:
@@ -45,7 +51,7 @@ import json
 import os
 import signal
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import jax
 from jax.experimental import multihost_utils
@@ -54,6 +60,7 @@ import numpy as np
 from credit_jax import algos, envs
 from credit_jax.runtime import checkpoint as ckpt_lib
 from credit_jax.runtime import divergence
+from credit_jax.runtime import extend
 from credit_jax.runtime import interrupts
 from credit_jax.runtime import launch
 from credit_jax.runtime import metrics as metrics_lib
@@ -69,9 +76,7 @@ SUMMARY_FILE = "summary.json"
 # may change them.
 _RUN_CONTROL_FIELDS = ("chunk_updates", "checkpoint_every", "keep_checkpoints",
                        "best_metric")
-# Fields that set only how long a run is: a resumed run may change them (extend a
-# finished run) when the compiled update stays the same (`_check_extension`).
-LENGTH_FIELDS = ("num_updates", "total_timesteps")
+LENGTH_FIELDS = extend.LENGTH_FIELDS   # a resumed run may change them: see extend.py
 # Records the best checkpoint's score is averaged over (the newest, since the last save).
 _BEST_WINDOW = 10
 
@@ -242,41 +247,6 @@ def _open_checkpoints(config, workdir: str):
   return ckpt, saved
 
 
-def _chunk_program(train, config, chunk: int) -> str:
-  """The lowered text of `train`'s compiled chunk of `chunk` updates over the seeds."""
-  init, run = make_run_fns(train)
-  keys = jax.ShapeDtypeStruct((int(config.seeds), 2), np.uint32)
-  target = jax.eval_shape(init, keys, train.default_hparams)
-  return run(chunk).lower(target, train.default_hparams).as_text()
-
-
-def _check_extension(config, saved: Optional[Dict[str, Any]], train, done: Optional[int],
-                     log) -> None:
-  """Allows a resumed run to change only its length (`LENGTH_FIELDS`) when every update
-  compiles to the same program either way, so the longer run continues this one exactly;
-  else ConfigError naming the field."""
-  current = config_to_json(config)
-  changed = [f for f in LENGTH_FIELDS if saved is not None
-             and saved.get(f, "<missing>") != current.get(f, "<missing>")]
-  if not changed:
-    return
-  what = ", ".join(f"config.{f} from {saved.get(f)!r} to {current.get(f)!r}"
-                   for f in changed)
-  previous = config.copy_and_resolve_references()
-  with previous.unlocked():
-    for f in changed:
-      previous[f] = saved[f]
-  chunk = int(config.chunk_updates)
-  if _chunk_program(algos.make_train(previous), previous, chunk) != _chunk_program(
-      train, config, chunk):
-    why = (" (config.anneal_lr=True: the learning rate falls to 0 over num_updates)"
-           if config.get("anneal_lr") else "")
-    raise algos.ConfigError(
-        f"config.{changed[0]}: changing {what} changes the compiled update{why}, so "
-        f"the longer run would not continue this one; use a fresh --workdir")
-  log(f"extending the run: {what}" + (f", from update {done}" if done else ""))
-
-
 def _initial_state(train, config, ckpt, mesh, init, hp, log):
   """`(start, state)`: the newest checkpoint that restores, or freshly initialised seeds."""
   keys = jax.random.split(jax.random.PRNGKey(int(config.seed)), int(config.seeds))
@@ -429,9 +399,12 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print,
     on_chunk: called with the updates done before each chunk is dispatched, inside the
       watched time (for tests and tools: inject a stall or a signal).
   Raises:
-    algos.ConfigError: a config field is invalid, or the workdir holds another config.
+    algos.ConfigError: a config field is invalid, or the workdir holds another config
+      (or a longer one that compiles differently).
+    workdir.WorkdirError: the workdir is a file or not writable.
     workdir.WorkdirBusyError: another live run holds the workdir.
     checkpoint.CheckpointError: checkpoints exist but none restores.
+    checkpoint.CheckpointSaveError: a checkpoint could not be written (disk full).
     NonFiniteLossError: the loss became non-finite; the last good checkpoint is kept.
     Interrupted: SIGINT/SIGTERM; a checkpoint of the last completed update was saved.
   """
@@ -459,7 +432,7 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print,
     dog = watchdog_lib.Watchdog(watchdog, describe=loop.describe,
                                 advice=launch.hang_advice)
     with dog:
-      _check_extension(config, saved, train, ckpt.latest_step(), log)
+      extend.check(config, saved, config_to_json(config), train, ckpt.latest_step(), log)
       start, state = _initial_state(train, config, ckpt, mesh, init, loop.hp, log)
       log(f"{config.algo} on {config.env_name}: {total} updates x "
           f"{train.env_steps_per_update} env steps x {seeds} seed(s), chunks of "
@@ -481,19 +454,8 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print,
   return summary
 
 
-def best_metric_of(config, train) -> Tuple[Optional[str], str]:
-  """`(metric, mode)` the best checkpoint is kept by: `config.best_metric` ("" or absent:
-  the recipe's first headline metric, e.g. success; "none": no best checkpoint);
-  minimised for `loss` and names ending in `_loss`, else maximised."""
-  name = str(config.get("best_metric", "") or "") or (train.headline[0] if train.headline
-                                                       else "")
-  if not name or name == "none":
-    return None, "max"
-  return name, "min" if name == "loss" or name.endswith("_loss") else "max"
-
-
 def _best_checkpoint(config, train, workdir: str) -> Optional[ckpt_lib.BestCheckpoint]:
-  name, mode = best_metric_of(config, train)
+  name, mode = ckpt_lib.best_metric_of(config, train.headline)
   if name is None:
     return None
   return ckpt_lib.BestCheckpoint(os.path.join(workdir, BEST_DIR), name, mode,
