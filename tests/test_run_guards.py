@@ -7,23 +7,13 @@ import pytest
 from credit_jax import algos
 from credit_jax.runtime import checkpoint, divergence, extend, metrics
 from credit_jax.runtime import run as runner
-from config_files import load_config
+import test_algos
 
 
 def tiny_grpo(**overrides):
-  c = load_config("grpo_keychain", "small")
-  c.env_kwargs.horizon = 6
-  c.env_kwargs.num_pivotal = 1
-  c.env_kwargs.num_actions = 2
-  c.horizon = 6
-  c.num_tasks = 4
-  c.group_size = 3
-  c.num_updates = 4
-  c.network.hidden_sizes = (16,)
-  c.chunk_updates = 2
-  c.checkpoint_every = 2
-  c.update(overrides)
-  return c
+  """test_algos's tiny GRPO (KeyChain T = 6, k = 1, A = 2), 4 updates in chunks of 2."""
+  return test_algos.tiny_grpo(**{"num_updates": 4, "chunk_updates": 2,
+                                 "checkpoint_every": 2, **overrides})
 
 
 def _records(workdir):
@@ -68,11 +58,7 @@ def test_a_collapsing_run_warns_and_a_learning_run_does_not(tmp_path):
 
 
 def test_nan_stop_without_a_checkpoint_says_there_is_none(tmp_path):
-  c = load_config("reinforce_keychain", "small")
-  c.env_kwargs.update(horizon=6, num_pivotal=1, num_actions=2)
-  c.update(horizon=6, num_envs=8, num_updates=4, lr=1e38, chunk_updates=2,
-           checkpoint_every=2)
-  c.network.hidden_sizes = (16,)
+  c = test_algos.tiny_reinforce(lr=1e38, chunk_updates=2, checkpoint_every=2)
   with pytest.raises(runner.NonFiniteLossError,
                      match=r"at update 2 \(seed 0\); stopped without saving it; no "
                            r"checkpoint was saved before it\."):

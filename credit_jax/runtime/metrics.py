@@ -18,6 +18,7 @@ import datetime
 import json
 import math
 import os
+import time
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -102,7 +103,9 @@ class MetricsWriter:
         for name in os.listdir(tb_dir):
           if name.startswith("events.out.tfevents."):
             os.remove(os.path.join(tb_dir, name))
-      self._tb = SummaryWriter(tb_dir)
+      # tensorboardX names its file by the second; a writer opened again within the
+      # same second (a quick resume) would truncate the earlier file without a suffix.
+      self._tb = SummaryWriter(tb_dir, filename_suffix=f".{os.getpid()}.{time.time_ns()}")
       if rewrite:
         self._write_tensorboard(kept)
 
