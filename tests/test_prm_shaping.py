@@ -1,4 +1,4 @@
-"""PRM shaping hooks (issue 19): per-step difference credit, best-of-N reranking,
+"""PRM shaping hooks: per-step difference credit, best-of-N reranking,
 Monte-Carlo retraining labels from the current policy, GRPO's and PPO's hooks."""
 import types
 
