@@ -40,8 +40,8 @@ distributed.define_flags(flags)
 
 
 def _standalone(name: str):
-  """credit_jax/runtime/<name>.py loaded on its own (launch.py, watchdog.py: neither imports the
-  package): importing the credit_jax package runs a JAX computation (gymnax, at import),
+  """credit_jax/runtime/<name>.py loaded on its own (launch.py, watchdog.py, cli.py: none
+  imports the package): importing the credit_jax package runs a JAX computation (gymnax, at import),
   which would start the backend before XLA_FLAGS is set and make configure_process
   re-execute the process (and, under jax.distributed, drop its connection to the
   coordinator)."""
