@@ -175,7 +175,7 @@ def _import_all(modules: Sequence[str]) -> None:
 def evaluate_run(workdir: str, checkpoint: str = "latest", episodes: int = 256,
                  greedy: Optional[bool] = None, seed: int = 0,
                  max_steps: Optional[int] = None, imports: Sequence[str] = (),
-                 make_train: Callable = algos.make_train,
+                 make_train: Optional[Callable] = None,
                  log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Evaluates the run in `workdir` (see the module docstring); returns eval.json's dict.
 
@@ -188,7 +188,8 @@ def evaluate_run(workdir: str, checkpoint: str = "latest", episodes: int = 256,
     max_steps: steps an episode may take (default the env's time limit, else
       `config.horizon`).
     imports: modules to import first (ones that register the run's environment).
-    make_train: builds the recipe's `Train` from the config (`credit_jax.algos`'s).
+    make_train: builds the recipe's `Train` from the config (default
+      `credit_jax.algos.make_train`).
   Raises:
     ConfigError: no run or checkpoint there, bad arguments, or a recipe without
       `eval_policy`. CheckpointError: the checkpoint does not restore.
@@ -203,7 +204,8 @@ def evaluate_run(workdir: str, checkpoint: str = "latest", episodes: int = 256,
   except ValueError as e:
     raise algos.ConfigError(f"config.env_name: {e} (register it with --imports=MODULE)"
                             ) from None
-  train = make_train(config)
+  _checkpoint_dir(workdir, checkpoint)   # a bad --checkpoint before anything is built
+  train = (make_train or algos.make_train)(config)
   if not all(hasattr(train, a) for a in ("eval_policy", "env", "env_params")):
     raise algos.ConfigError(
         f"recipe {config.algo!r} does not provide train.eval_policy / train.env / "
