@@ -1,4 +1,4 @@
-"""The horizon study (credit_jax/experiments/horizon.py): every method on KeyChain from
+"""The horizon study (credit_jax/experiments/horizon/study.py): every method on KeyChain from
 T = 10 upward, updates and env steps to 90% success against T.
 
   python3 scripts/horizon_study.py --config=configs/horizon_study.py:small --workdir=DIR
@@ -23,7 +23,7 @@ Variants:
       overrides for the fastest methods) and 10^4. Run in pieces with --config.methods /
       --config.horizons overrides on one workdir (docs/horizon_study.md lists them).
   "smoke": seconds; what the tests run.
-Every field is documented in credit_jax/experiments/horizon.py's default_config().
+Every field is documented in credit_jax/experiments/horizon/study.py's default_config().
 """
 from credit_jax.experiments import horizon
 

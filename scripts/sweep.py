@@ -77,9 +77,9 @@ def main(argv):
   launch = _standalone("launch")
   launch.configure_process(
       num_seeds=int(config.seeds) * _runs_upper_bound(config.get("axes") or {}))
-  from credit_jax import sweep  # pylint: disable=g-import-not-at-top
+  from credit_jax import sweep
   from credit_jax.sweep import grid  # pylint: disable=g-import-not-at-top
-  from credit_jax import fast_paths  # pylint: disable=g-import-not-at-top
+  from credit_jax import fast_paths
   fast = _FAST_PATHS.value
   fast_paths.set_enabled(not cpu_affinity.accelerator_present() if fast is None else fast)
   logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO

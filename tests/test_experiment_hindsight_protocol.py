@@ -1,4 +1,4 @@
-"""Exercise 3's protocol (credit_jax/experiments/hindsight.py): the bootstrap interval
+"""Exercise 3's protocol (credit_jax/experiments/hindsight/study.py): the bootstrap interval
 against a plain NumPy loop, per-mode numbers against hand-made curves, and the
 summary.json structure of a tiny part (b) run with its learning-rate sweep."""
 import numpy as np

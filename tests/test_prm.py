@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import credit_jax as cj
-from credit_jax import prm
+from credit_jax.addons import prm
 from credit_jax.envs import runningsum
 
 
