@@ -4,7 +4,7 @@ A reproducer for the XLA CPU wedge (BUILD.md "No hang from Python"): the program
 research script writes, not an entry point. It builds PPO's `default_config()` with a
 GRU network on KeyChain-v0 (T = 64, cue_delay = 16) and runs
 `jax.jit(jax.vmap(make_train(c)))(keys)` for 2 seeds, as the README tells a user to
-write it: `cj.launch.configure_process()` first.
+write it: `cj.configure_process()` first.
 
   python3 scripts/repro/direct_gru_ppo.py                 # 131,072 env steps per seed
   python3 scripts/repro/direct_gru_ppo.py --steps=65536 --no-configure
@@ -22,13 +22,13 @@ parser.add_argument("--steps", type=int, default=131_072,
                     help="total_timesteps per seed (PPO's default is 500,000)")
 parser.add_argument("--seeds", type=int, default=2)
 parser.add_argument("--no-configure", dest="configure", action="store_false",
-                    help="do not call cj.launch.configure_process()")
+                    help="do not call cj.configure_process()")
 args = parser.parse_args()
 
 import credit_jax as cj   # noqa: E402  (after argparse: --help needs no JAX)
 
 if args.configure:
-  cj.launch.configure_process()
+  cj.configure_process()
 
 import jax   # noqa: E402
 from credit_jax.algos import ppo   # noqa: E402

@@ -3,7 +3,7 @@
 The README's block leaves its inputs (rewards, values, a network, its parameters) to the
 reader; this script makes them (T = 64 steps, a batch of 8) and then runs the block's
 calls as written, waiting for each result. The first JAX-facing line is the one the README
-tells a user to write first: `cj.launch.configure_process()`.
+tells a user to write first: `cj.configure_process()`.
 
   python3 scripts/repro/readme_library.py
   python3 scripts/repro/readme_library.py --no-configure   # the block without the call
@@ -14,14 +14,14 @@ import time
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--no-configure", dest="configure", action="store_false",
-                    help="do not call cj.launch.configure_process()")
+                    help="do not call cj.configure_process()")
 args = parser.parse_args()
 
 t0 = time.perf_counter()
 import credit_jax as cj   # noqa: E402
 
 if args.configure:
-  cj.launch.configure_process()
+  cj.configure_process()
 
 import jax   # noqa: E402
 import jax.numpy as jnp   # noqa: E402
@@ -52,10 +52,10 @@ adv, degenerate = cj.group_advantages(group_rewards, kind="grpo")
 env, params = cj.envs.make("KeyChain-v0", horizon=1000, num_pivotal=3, num_actions=4)
 env, params = cj.envs.make("CartPole-v1")
 
-network = cj.networks.ActorCritic(num_actions=env.num_actions)
+network = cj.nets.ActorCritic(num_actions=env.num_actions)
 obs, _ = env.reset(key, params)
 policy_params = network.init(key, obs)
-policy_fn = cj.networks.make_policy_fn(network)
+policy_fn = cj.nets.make_policy_fn(network)
 traj = cj.rollout.collect_groups(env, params, policy_fn, policy_params, key,
                                  num_tasks=16, group_size=8, horizon=50)
 cj.fast_paths.enable()
@@ -63,5 +63,5 @@ cj.fast_paths.enable()
 
 jax.block_until_ready((adv, ret, g, degenerate, traj))
 print(f"readme block done in {time.perf_counter() - t0:.1f} s: adv {adv.shape}, "
-      f"traj.reward {traj.reward.shape}", flush=True)
+      f"traj.rewards {traj.rewards.shape}", flush=True)
 sys.exit(0)
