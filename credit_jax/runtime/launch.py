@@ -57,16 +57,20 @@ import warnings
 from typing import (Any, Callable, Dict, List, MutableMapping, Optional, Sequence,
                     Tuple)
 
-# (flag name, value) pairs applied on CPU for multi-seed programs, per jaxlib (major, minor).
+# (flag name, value) pairs applied on CPU, per jaxlib (major, minor): to any program when
+# `num_seeds` is None, to multi-seed programs when an entry point gives it.
 # A flag already named in XLA_FLAGS (either way) is left as the user set it.
-# jaxlib 0.10: both the concurrency-optimised thunk scheduler and Eigen's intra-op thread
-# pool off. The wedge was seen once each in scripts/hindsight.py part b (GRPO cell) and
-# with 16 vmapped PPO seeds; reruns with one of the two off finished (issue 23; other
-# projects saw eigen=false remove it: 12 passes / 0 hangs against 2 / 14). Our soak
-# (scripts/soak.py, BUILD.md "Hang soak", jaxlib 0.10.2, 2 cores) saw 0 wedges in 11
-# default runs, so it cannot say which flag is needed; with both off, 20 of 20 runs of
-# hindsight.py part b and 20 of 20 16-seed PPO runs finished, none hung. CPU time per
-# run was the same with and without them (within the noise).
+# jaxlib 0.10 (BUILD.md "No hang from Python"): its CPU LAPACK kernels (QR, under every
+# orthogonal initialiser) split a vmapped batch over XLA's intra-op thread pool and wait
+# for the pieces from inside that pool. With the concurrency-optimised thunk scheduler,
+# two such kernels can occupy every pool thread of a 2-core machine, each waiting for
+# work queued behind the other: the process parks for good. PPO with a GRU, 2 vmapped
+# seeds, 2 cores, no flags: 5 of 5 runs hung (jaxlib 0.10.2; 5 of 5 on 0.10.1), every one
+# with the pool threads in QrFactorization -> ParallelBatchMap -> BlockingCounter::Wait;
+# with the scheduler off 5 of 5 finished; Eigen's thread pool off alone, or XLA's YNN
+# fusions off, hung 5 of 5. Eigen's pool stays off too: a wedge was once seen with the
+# scheduler alone off (scripts/prm.py), and turning it off costs nothing measurable here.
+# jaxlib 0.11.2 and later have no such wait (5 of 5 runs finished without flags).
 _CPU_FLAGS = {
     (0, 10): (("xla_cpu_enable_concurrency_optimized_scheduler", "false"),
               ("xla_cpu_multi_thread_eigen", "false")),
