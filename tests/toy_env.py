@@ -1,5 +1,5 @@
 """A user's own environment, as the README's "Add an environment" writes it (for
-tests/test_new_user.py): the target is shown, reward 1 iff the action names it."""
+tests/test_own_env.py): the target is shown, reward 1 iff the action names it."""
 import jax
 import jax.numpy as jnp
 from flax import struct
