@@ -2,6 +2,7 @@
 
 import pytest
 
+from credit_jax.config import ConfigError
 from credit_jax.experiments import critique
 from config_files import load_config
 
@@ -21,7 +22,7 @@ def test_break_even_interpolation():
 def test_validate_config_names_the_field():
   c = _config("smoke")
   c.attempts = 1
-  with pytest.raises(critique.ConfigError, match="config.attempts"):
+  with pytest.raises(ConfigError, match="config.attempts"):
     critique.validate_config(c)
 
 

@@ -1,5 +1,5 @@
 """Tests for GRPO and REINFORCE with sequence networks (credit_jax.algos.grpo_sequence,
-credit_jax.algos.reinforce_sequence)."""
+the sequence path of credit_jax.algos.reinforce)."""
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -9,7 +9,7 @@ import pytest
 from credit_jax import algos, nets, rollout
 from credit_jax.nets import sequence as sn
 from credit_jax.algos import (train as train_lib, grpo, grpo_sequence, ppo_sequence,
-                              reinforce, reinforce_sequence)
+                              reinforce)
 from credit_jax.types import PolicyState
 
 
@@ -134,7 +134,7 @@ def test_transformer_grpo_learns_delayed_cues_above_the_memoryless_ceiling():
   assert results["mlp"] <= 0.35   # 0.25 + 3.5 standard errors of 1280 episodes
 
 
-# REINFORCE with sequence networks (credit_jax.algos.reinforce_sequence).
+# REINFORCE with sequence networks (the sequence path of credit_jax.algos.reinforce).
 
 
 def reinforce_config(kind, credit="gae", baseline="value"):
@@ -159,7 +159,7 @@ def test_reinforce_replay_reproduces_the_rollout(kind):
 
   def run(params, key):
     traj = rollout.collect_episodes(env, env_params, policy, params, key, 4, 9)
-    return traj, reinforce_sequence.replay(network, params, traj, final=True)
+    return traj, reinforce.replay_sequence(network, params, traj, final=True)
 
   traj, (logits, values, final_values) = jax.jit(run)(params, jax.random.PRNGKey(2))
   np.testing.assert_allclose(nets.categorical_log_prob(logits, traj.actions),

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from credit_jax.addons import curriculum, prm
 from credit_jax import rollout
 from credit_jax.nets import sequence as sn
-from credit_jax.algos import train as train_lib, ppo_sequence
+from credit_jax.algos import train as train_lib, group_update, ppo_sequence
 from credit_jax.types import PolicyState
 
 NETWORK_KINDS = ("mlp",) + sn.KINDS
@@ -90,8 +90,6 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
                static: tuple) -> train_lib.Train:
   """`Train` for GRPO with a sequence network; `grpo.make_train` calls it (validated)
   with its loss (`grpo.surrogate_loss`) and static settings (`grpo.settings(config)`)."""
-  # grpo.py imports this module: its shared update pieces are reached at call time.
-  from credit_jax.algos import grpo
   # Curriculum hook (credit_jax/addons/curriculum.py), as grpo.py: the env's episode length is
   # a traced param set per update.
   env, env_params = (curriculum.make_env(config) if curriculum.enabled(config)
@@ -135,7 +133,7 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
                         prev_reward=jnp.zeros((num_tasks, group), jnp.float32))
     prev_a, prev_r, starts = rollout.sequence_inputs(traj, start)
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
-    step_adv, degenerate, aux, prm_metrics = grpo.step_advantages(
+    step_adv, degenerate, aux, prm_metrics = group_update.step_advantages(
         shaper, kind, aux, traj, returns, hp, k_perm, state.update)
     data = {"obs": traj.obs, "prev_actions": prev_a, "prev_rewards": prev_r,
             "starts": starts, "actions": traj.actions, "log_probs": traj.log_probs,
@@ -147,7 +145,7 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
         lambda p, mb: loss_fn(p, mb, ref_params, hp), state.params, state.opt_state,
         data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
-    aux, metrics = grpo.update_metrics(metrics, aux, traj, returns, degenerate, lr,
+    aux, metrics = group_update.update_metrics(metrics, aux, traj, returns, degenerate, lr,
                                        prm_metrics, cur, stage if cur else None,
                                        with_success)
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,

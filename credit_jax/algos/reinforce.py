@@ -21,7 +21,12 @@ return) and, where the env has success (`episodes.has_success`), `success`: the 
 of the sampled episodes that solved their task.
 
 `config.network.kind`: "mlp" (the default, also when absent; this module), or "gru" /
-"transformer", sequence networks trained by `credit_jax.algos.reinforce_sequence`.
+"transformer", sequence networks (`_sequence_model` below): the policy carries its memory
+through the rollout (`rollout.collect_episodes` with a `SequencePolicy`), and the loss replays
+each whole episode from the initial carry with `nets.sequence.unroll` (the steps after the
+episode's end start from a reset carry and are masked out); credit "gae" bootstraps a truncated
+step from the value of its final observation read as the next token of its episode. Network
+fields: as `credit_jax/algos/ppo_sequence.py`.
 
 Hyperparameters in `hparams` (traced): lr, gamma, gae_lambda, ent_coef, vf_coef,
 max_grad_norm.
@@ -36,8 +41,10 @@ import ml_collections
 
 from credit_jax import returns
 from credit_jax import nets, rollout
-from credit_jax.algos import train as train_lib, grpo_sequence, losses, reinforce_sequence
+from credit_jax.algos import train as train_lib, grpo_sequence, losses, ppo_sequence
 from credit_jax import episodes
+from credit_jax.nets import sequence as sn
+from credit_jax.types import PolicyState
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm")
 CREDITS = ("terminal", "rtg", "gae")
@@ -126,13 +133,38 @@ def _mlp_model(config, env, env_params, with_value: bool) -> Tuple[Model, Any]:
                ), obs_shape
 
 
+def replay_sequence(network, params, traj, final: bool):
+  """`(logits [T, B, A], values [T, B], final_values [T, B] or None)` of episodes `[T, B]`
+  from `collect_episodes`, each replayed from the sequence network's initial carry."""
+  batch = traj.rewards.shape[1]
+  start = PolicyState(carry=None, prev_action=jnp.full((batch,), -1, jnp.int32),
+                      prev_reward=jnp.zeros((batch,), jnp.float32))
+  prev_a, prev_r, starts = rollout.sequence_inputs(traj, start)
+  carry = network.initial_carry()
+
+  def one(o, pa, pr, s, fo, a, r):
+    return sn.unroll(network, params, carry, o, pa, pr, s, (fo, a, r) if final else None)
+
+  return jax.vmap(one, in_axes=1, out_axes=1)(
+      traj.obs, prev_a, prev_r, starts, traj.final_obs, traj.actions, traj.rewards)
+
+
+def _sequence_model(config, env, env_params, with_value: bool) -> Model:
+  network, obs_shape = ppo_sequence.make_network(config, env, env_params)
+  return Model(
+      init=lambda k: sn.init_params(network, k, obs_shape),
+      policy=sn.make_sequence_policy(network, value=with_value),
+      outputs=lambda params, traj: replay_sequence(network, params, traj, final=False)[:2],
+      final_values=lambda params, traj: replay_sequence(network, params, traj, final=True)[2])
+
+
 def make_train(config) -> train_lib.Train:
   """`Train` for REINFORCE on `config.env_name`; see `train_lib.Train` for how to call it."""
   validate_config(config)
   with_value = needs_value(config)
   env, env_params = train_lib.make_env(config)
   if grpo_sequence.network_kind(config) != "mlp":   # gru | transformer: with memory
-    model = reinforce_sequence.model(config, env, env_params, with_value)
+    model = _sequence_model(config, env, env_params, with_value)
   else:
     model, _ = _mlp_model(config, env, env_params, with_value)
   num_envs, horizon = int(config.num_envs), int(config.horizon)

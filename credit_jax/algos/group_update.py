@@ -1,0 +1,62 @@
+"""GRPO's update pieces shared by its MLP program (`grpo.py`) and its sequence-network
+program (`grpo_sequence.py`): the per-step group advantages (PRM shaping included) and the
+per-update metrics with the curriculum's step. Both programs import them from here, so
+neither imports the other.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from credit_jax import baselines
+from credit_jax.addons import curriculum
+
+__all__ = ["step_advantages", "update_metrics"]
+
+
+def step_advantages(shaper, kind: str, aux, traj, returns, hp, k_perm, update,
+                    policy_params=None):
+  """GRPO's per-step advantages, PRM shaping included (shared by both GRPO programs).
+
+  Args:
+    shaper: `prm.make_shaper`'s shaper, or None (no shaping).
+    traj: the groups' trajectory, leaves `[T, N, K]`; returns: `[N, K]` episode returns.
+  Returns:
+    `(step_adv [T, N, K], degenerate [N], aux, prm_metrics)`: the group advantage of each
+    episode's score (outcome_w * outcome + w * aggregated PRM when shaped) at every step,
+    plus the "step" form's per-step PRM credit; the PRM's key is `fold_in(k_perm, 2)`.
+  """
+  if returns.shape != traj.valid.shape[1:]:
+    raise ValueError(f"returns must be [N, K] = {traj.valid.shape[1:]}, got {returns.shape}")
+  scores, prm_metrics, bonus = returns, {}, None
+  if shaper is not None:   # PRM shaping (prm.py): outcome_w * outcome + w * agg PRM
+    scores, aux, prm_metrics, bonus = shaper.shape(
+        aux, traj, returns, hp, jax.random.fold_in(k_perm, 2), update, policy_params)
+  adv, degenerate = baselines.group_advantages(scores, kind=kind)             # [N, K], [N]
+  step_adv = jnp.broadcast_to(adv[None], traj.valid.shape)             # [T, N, K]
+  if bonus is not None:   # per-step PRM credit (form "step"; zeros otherwise)
+    step_adv = step_adv + bonus
+  return step_adv, degenerate, aux, prm_metrics
+
+
+def update_metrics(metrics, aux, traj, returns, degenerate, lr, prm_metrics, cur, stage,
+                   with_success: bool):
+  """GRPO's per-update metrics and curriculum step (shared by both GRPO programs).
+
+  `traj` leaves `[T, N, K]`, `returns [N, K]`, `degenerate [N]`; `cur` the curriculum (or
+  None) and `stage` this update's stage. Returns `(aux, metrics)`.
+  """
+  valid = traj.valid
+  if with_success:
+    metrics["success"] = jnp.mean(
+        curriculum.episode_success(traj, returns).astype(jnp.float32))
+  if cur:  # curriculum hook: promotion / priorities, and the steps actually taken
+    aux = {**aux, "curriculum": cur.observe(aux["curriculum"], stage, metrics["success"])}
+    metrics.update(cur.metrics(aux["curriculum"], stage),
+                   env_steps=jnp.sum(valid).astype(jnp.float32))
+  metrics.update({
+      "lr": lr, "return": returns.mean(),
+      "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
+      "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean(),
+      **prm_metrics})
+  return aux, metrics
