@@ -196,53 +196,94 @@ def _kwargs(bits):
           for name, on in bits.items()}
 
 
-@pytest.mark.parametrize("bits", COMBOS, ids=lambda b: "".join(str(int(v)) for v in b.values()))
-def test_every_combination_random_success_oracle_and_enumeration(bits):
+SINGLES = [dict(zip(ON, [name == other for other in ON])) for name in ON]
+SINGLES += [dict.fromkeys(ON, False), dict.fromkeys(ON, True)]
+
+
+def _ids(bits):
+  return "".join(str(int(v)) for v in bits.values())
+
+
+def _make(bits, horizon=12):
+  return envs.make("KeyChain-v0", horizon=horizon, num_pivotal=2, num_actions=2,
+                   **_kwargs(bits))
+
+
+def _simulate(env, params, key, episodes, horizon):
+  """[] success rate of uniform random actions, by the env's own success report."""
+  k_reset, k_act = jax.random.split(key)
+  _, state = jax.vmap(env.reset, in_axes=(0, None))(
+      jax.random.split(k_reset, episodes), params)
+  actions = (jax.random.bits(k_act, (horizon, episodes), jnp.uint32) & 1).astype(jnp.int32)
+
+  def body(s, a):
+    _, s, r, _, info = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(
+        k_reset, s, a, params)
+    return s, info["success"] if "success" in info else r > 0
+  return jnp.mean(jax.lax.scan(body, state, actions)[1][-1].astype(jnp.float32))
+
+
+def test_every_combination_random_success_matches_simulation():
   horizon, episodes = 12, 4096
-  env, params = envs.make("KeyChain-v0", horizon=horizon, num_pivotal=2, num_actions=2,
-                          **_kwargs(bits))
-  k = env.num_pivotal
-  assert k == (3 if bits["pivotal_density"] else 2)
-  analytic = env.random_success()
-  assert analytic == 0.5 ** k
+  made = [_make(bits, horizon) for bits in COMBOS]
+  for bits, (env, _) in zip(COMBOS, made):
+    assert env.num_pivotal == (3 if bits["pivotal_density"] else 2)
+    assert env.random_success() == 0.5 ** env.num_pivotal
+  # All 64 environments in one compiled program (one compile instead of 64).
+  rates = jax.jit(lambda key: jnp.stack([
+      _simulate(env, params, jax.random.fold_in(key, i), episodes, horizon)
+      for i, (env, params) in enumerate(made)]))(jax.random.key(7))
+  bad = []
+  for bits, (env, _), p in zip(COMBOS, made, np.asarray(rates)):
+    q = env.random_success()
+    if abs(p - q) >= 3 * np.sqrt(q * (1 - q) / episodes):
+      bad.append((_ids(bits), float(p), q))
+  assert not bad, bad
 
-  @jax.jit
-  def measure(key):
-    traj = rollout.collect_episodes(env, params, rollout.uniform_random_policy(2), None,
-                                    key, episodes, horizon)
-    _, first = jax.vmap(env.reset, in_axes=(0, None))(
-        jax.random.split(jax.random.split(key)[0], episodes), params)
-    pivotal, answers = jax.vmap(env.oracle)(first)                       # [B, T]
-    succ = traj.info["success"] if "success" in traj.info else (
-        jnp.sum(traj.rewards, axis=0) > 0)[None]
-    won = jnp.any(succ, axis=0)
-    # Every action sequence of one episode (2^T of them), from its start state.
-    seqs = (jnp.arange(2 ** horizon)[:, None] >> jnp.arange(horizon)) & 1   # [S, T]
-    one = jax.tree.map(lambda x: x[0], first)
 
-    def final(actions):
-      def body(s, a):
-        _, s, _, _, info = env.step_env(key, s, a, params)
-        return s, info.get("success", s.all_correct & (s.time >= horizon))
-      _, out = jax.lax.scan(body, one, actions)
-      return out[-1]
-    enum = jnp.mean(jax.vmap(final)(seqs).astype(jnp.float32))
-    return won, traj, pivotal, answers, enum
+def _oracle_measure(env, params, key, episodes, horizon):
+  traj = rollout.collect_episodes(env, params, rollout.uniform_random_policy(2), None,
+                                  key, episodes, horizon)
+  _, first = jax.vmap(env.reset, in_axes=(0, None))(
+      jax.random.split(jax.random.split(key)[0], episodes), params)
+  pivotal, answers = jax.vmap(env.oracle)(first)                       # [B, T]
+  # Every action sequence of one episode (2^T of them), from its start state.
+  seqs = (jnp.arange(2 ** horizon)[:, None] >> jnp.arange(horizon)) & 1   # [S, T]
+  one = jax.tree.map(lambda x: x[0], first)
 
-  won, traj, pivotal, answers, enum = measure(jax.random.key(7))
-  p = float(np.mean(won))
-  assert abs(p - analytic) < 3 * np.sqrt(analytic * (1 - analytic) / episodes), (p, analytic)
-  assert float(enum) == analytic                                  # exact by enumeration
-  # The per-step oracle equals the episode oracle (all episodes last T steps).
-  np.testing.assert_array_equal(np.asarray(traj.info["pivotal"]).T, np.asarray(pivotal))
-  np.testing.assert_array_equal(np.asarray(traj.info["correct_action"]).T,
-                                np.asarray(answers))
-  assert np.all(np.asarray(pivotal).sum(axis=1) == k)
-  correct = np.asarray(traj.info["correct"])
-  np.testing.assert_array_equal(
-      correct, np.asarray(traj.info["pivotal"]) & (np.asarray(traj.actions)
-                                                    == np.asarray(traj.info["correct_action"])))
-  np.testing.assert_array_equal(np.asarray(won), correct.sum(axis=0) == k)
-  assert traj.obs.shape[-1] == env.obs_shape[0]
-  np.testing.assert_allclose(np.asarray(traj.obs)[..., -1], np.broadcast_to(
-      (np.arange(horizon, dtype=np.float32) / np.float32(horizon))[:, None], (horizon, episodes)), rtol=1e-6)
+  def final(actions):
+    def body(s, a):
+      _, s, _, _, info = env.step_env(key, s, a, params)
+      return s, info.get("success", s.all_correct & (s.time >= horizon))
+    _, out = jax.lax.scan(body, one, actions)
+    return out[-1]
+  enum = jnp.mean(jax.vmap(final)(seqs).astype(jnp.float32))
+  return traj, pivotal, answers, enum, jax.vmap(env.answers)(first), first.cues
+
+
+def test_oracle_and_enumerated_random_success_per_switch():
+  horizon, episodes = 12, 256
+  made = [_make(bits, horizon) for bits in SINGLES]
+  outs = jax.jit(lambda key: [_oracle_measure(env, params, key, episodes, horizon)
+                              for env, params in made])(jax.random.key(7))
+  for bits, (env, _), out in zip(SINGLES, made, outs):
+    traj, pivotal, answers, enum, right, cues = out
+    k = env.num_pivotal
+    assert float(enum) == env.random_success(), _ids(bits)       # exact
+    # The per-step oracle equals the episode oracle (every episode lasts T steps).
+    np.testing.assert_array_equal(np.asarray(traj.info["pivotal"]).T, np.asarray(pivotal))
+    np.testing.assert_array_equal(np.asarray(traj.info["correct_action"]).T,
+                                  np.asarray(answers))
+    assert np.all(np.asarray(pivotal).sum(axis=1) == k)
+    np.testing.assert_array_equal(np.asarray(right),
+                                  env.rules[np.arange(k), np.asarray(cues)])
+    correct = np.asarray(traj.info["correct"])
+    np.testing.assert_array_equal(correct, np.asarray(traj.info["pivotal"]) & (
+        np.asarray(traj.actions) == np.asarray(traj.info["correct_action"])))
+    if "success" in traj.info:
+      np.testing.assert_array_equal(np.asarray(traj.info["success"]).any(axis=0),
+                                    correct.sum(axis=0) == k)
+    assert traj.obs.shape[-1] == env.obs_shape[0]
+    np.testing.assert_allclose(np.asarray(traj.obs)[..., -1], np.broadcast_to(
+        (np.arange(horizon, dtype=np.float32) / np.float32(horizon))[:, None],
+        (horizon, episodes)), rtol=1e-6)

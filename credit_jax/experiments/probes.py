@@ -4,7 +4,8 @@
 
 Cells: GRPO (K = 8) and PPO + GAE (gamma = 1, lambda 1 and 0.95), MLP policies, on
 KeyChain-v0 (k = 3, A = 4) at each T of `horizons` with its shortcut switches at their
-defaults ("default"), each switch alone, and all six together ("all"); and on
+defaults ("default"), each switch alone, and all six together ("all"; optionally
+"all_but_cues_at_start", the five a memoryless policy can pass); and on
 LinearKeyToDoor-v0 at each L of `corridor_lengths` ("corridor"). Every cell trains
 `seeds` seeds side by side (one compiled vmap) through `credit_jax.algos.make_train` on
 the recipe's own config with the horizon study's settings (64 episodes of T steps per
@@ -48,6 +49,9 @@ METHODS = ("grpo_k8", "ppo_l1", "ppo_l0.95")
 SWITCH_NAMES = ("pivotal_flag", "distractor_cues", "distinct_rules", "cues_at_start",
                 "pivotal_density", "distractor_reward_std")
 SETTINGS = ("default",) + SWITCH_NAMES + ("all",)
+# Every switch but the one a memoryless (MLP) policy cannot pass: what "all" asks of an
+# MLP's credit assignment rather than of its memory.
+EXTRA_SETTINGS = ("all_but_cues_at_start",)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -86,8 +90,8 @@ def validate_config(config) -> None:
     if m not in METHODS:
       raise ConfigError(f"config.methods: {m!r} is not one of {METHODS}")
   for s in config.settings:
-    if s not in SETTINGS:
-      raise ConfigError(f"config.settings: {s!r} is not one of {SETTINGS}")
+    if s not in SETTINGS + EXTRA_SETTINGS:
+      raise ConfigError(f"config.settings: {s!r} is not one of {SETTINGS + EXTRA_SETTINGS}")
   if int(config.episodes) % 16:
     raise ConfigError(f"config.episodes: {config.episodes} must be a multiple of 16 "
                       f"(GRPO: K = 8 times an even number of tasks)")
@@ -103,7 +107,8 @@ def validate_config(config) -> None:
 
 
 def switch_kwargs(config, setting: str) -> dict:
-  """KeyChain overrides of a setting: {} for "default", one switch, or all six."""
+  """KeyChain overrides of a setting: {} for "default", one switch, all six, or all
+  but `cues_at_start`."""
   on = {"pivotal_flag": False, "distractor_cues": True, "distinct_rules": True,
         "cues_at_start": True, "pivotal_density": float(config.pivotal_density),
         "distractor_reward_std": float(config.distractor_reward_std)}
@@ -111,6 +116,8 @@ def switch_kwargs(config, setting: str) -> dict:
     return {}
   if setting == "all":
     return on
+  if setting == "all_but_cues_at_start":
+    return {k: v for k, v in on.items() if k != "cues_at_start"}
   return {setting: on[setting]}
 
 
