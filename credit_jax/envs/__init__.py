@@ -22,6 +22,7 @@ from typing import Any, Dict, Tuple
 
 import gymnax
 
+from credit_jax.envs import bsuite
 from credit_jax.envs.base import CreditEnv, check_param_range, check_step_limit
 from credit_jax.envs.bitflip import BitFlip
 from credit_jax.envs.goal import GoalEnvMixin
@@ -39,6 +40,11 @@ _REGISTRY: Dict[str, type] = {
     "TextEdit-v0": TextEdit,
     "RunningSum-v0": RunningSum,
     "KeyToDoor-v0": KeyToDoor,
+    # bsuite's chains as bsuite defines them (credit_jax/envs/bsuite.py says how they
+    # differ from gymnax's "UmbrellaChain-bsuite", ... , which pass through unchanged).
+    "bsuite/UmbrellaChain-v0": bsuite.UmbrellaChain,
+    "bsuite/MemoryChain-v0": bsuite.MemoryChain,
+    "bsuite/DiscountingChain-v0": bsuite.DiscountingChain,
 }
 
 
@@ -69,8 +75,8 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 
   Args:
     name: a credit_jax id (`KeyChain-v0`, `BitFlip-v0`, `GoalGrid-v0`, `TextEdit-v0`,
-      `KeyToDoor-v0`)
-      or any gymnax id (`CartPole-v1`, ...).
+      `KeyToDoor-v0`, `bsuite/UmbrellaChain-v0`, `bsuite/MemoryChain-v0`,
+      `bsuite/DiscountingChain-v0`) or any gymnax id (`CartPole-v1`, ...).
     **overrides: constructor options and/or params fields (see `overrides_of`).
   Raises:
     ValueError: unknown `name` (the message lists the known ids), an override the

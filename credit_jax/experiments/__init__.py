@@ -20,4 +20,5 @@ Importing these modules imports jax and numpy and nothing else: matplotlib is im
 when a figure is drawn, and no global state (plot backend, XLA flags) is touched.
 """
 EXPERIMENTS = ("variance_scaling", "grpo_degradation", "tree_search", "hindsight",
-               "critique", "prm", "curriculum", "horizon_study", "horizon_remedies")
+               "critique", "prm", "curriculum", "horizon_study", "horizon_remedies",
+               "bsuite")
