@@ -35,7 +35,7 @@ import ml_collections
 
 from credit_jax.algos import ConfigError
 from credit_jax.algos import validate_config as validate_recipe
-from credit_jax.experiments import horizon_methods, report
+from credit_jax.experiments import report
 from credit_jax.experiments.bsuite import analysis, outputs, runner, scoring, specs
 
 __all__ = ["default_config", "num_seeds", "run", "validate_config"]
@@ -107,7 +107,7 @@ def validate_config(config) -> None:
       raise ConfigError(f"config.episodes_per_update: {per} must divide "
                         f"config.episodes.{x} = {n}")
   for m in config.methods:
-    family, _ = horizon_methods.parse(m)
+    family = specs.family_of(m)
     if family not in config.lrs:
       raise ConfigError(f"config.lrs: no learning rate for family {family!r} ({m})")
     for x in config.experiments:

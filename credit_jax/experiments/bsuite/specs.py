@@ -18,7 +18,8 @@ Experiments:
 Methods (names as in credit_jax/experiments/horizon_methods.py): "reinforce",
 "reinforce_rtg", "grpo_k<K>", "ppo_<critic>_g<gamma>_l<lambda>" with critic "mlp"
 (MLP actor-critic), "gru" (GRU actor-critic, `network.kind = "gru"`) or "hist" (MLP
-actor, GRU critic). Every method sees `episodes_per_update` (E) whole episodes per
+actor, GRU critic); a "_gru" suffix on a REINFORCE or GRPO name ("grpo_k5_gru") gives
+it a GRU policy (`network.kind = "gru"`). Every method sees `episodes_per_update` (E) whole episodes per
 update: PPO runs E environments for one episode length per update (all episodes have a
 fixed length, so each env ends exactly one episode per update), GRPO E / K tasks of K,
 REINFORCE E episodes; a setting's `NUM_EPISODES` episodes take NUM_EPISODES / E updates.
@@ -119,7 +120,8 @@ def recipe_config(method: str, cell: Cell, config) -> ml_collections.ConfigDict:
   length per update, 2 epochs x 2 minibatches, no lr annealing) with the cell's
   environment in place of KeyChain, PPO's entropy bonus and the GRU width from `config`.
   """
-  family, opt = horizon_methods.parse(method)
+  base, recurrent = split_gru(method)
+  family, opt = horizon_methods.parse(base)
   if family == "ppo" and opt["critic"] == "oracle":
     raise ConfigError(f"config.methods: {method!r}: the bsuite chains have no oracle "
                       f"feature for an oracle critic")
@@ -133,7 +135,7 @@ def recipe_config(method: str, cell: Cell, config) -> ml_collections.ConfigDict:
       "episodes": per_update, "num_pivotal": 1, "num_actions": 2,
       "hidden_sizes": tuple(config.hidden_sizes), "seeds": int(config.seeds),
       "seed": int(config.seed), "chunk_updates": int(config.chunk_updates)})
-  c = horizon_methods.recipe_config(method, cell.episode_len, spec,
+  c = horizon_methods.recipe_config(base, cell.episode_len, spec,
                                     float(config.lrs[family]),
                                     num_updates(cell.experiment, config))
   c.env_name = ENV_IDS[cell.experiment]
@@ -142,8 +144,17 @@ def recipe_config(method: str, cell: Cell, config) -> ml_collections.ConfigDict:
     c.ent_coef = float(config.ppo_ent_coef)
     if opt["critic"] in ("gru", "hist"):
       c.network.gru_size = int(config.gru_size)
+  if recurrent:
+    c.network.kind, c.network.gru_size = "gru", int(config.gru_size)
   return c
 
 
+def split_gru(method: str) -> Tuple[str, bool]:
+  """(the horizon_methods name, whether a "_gru" suffix asks for a GRU policy)."""
+  if method.endswith("_gru") and not method.startswith("ppo"):
+    return method[:-len("_gru")], True
+  return method, False
+
+
 def family_of(method: str) -> str:
-  return horizon_methods.parse(method)[0]
+  return horizon_methods.parse(split_gru(method)[0])[0]
