@@ -108,17 +108,21 @@ def test_cells_group_mapping_seeds_by_bonus_chain_and_keys_are_per_run():
   assert bsuite.num_seeds(config) == 4 * config.seeds
   from credit_jax.experiments.bsuite import runner
   keys = np.asarray(runner.run_keys(cells[0], config))
-  assert keys.shape == (4 * config.seeds, 2) and len({tuple(k) for k in keys}) == len(keys)
+  assert keys.shape == (4 * config.seeds, 2)
+  assert len({tuple(k) for k in keys}) == len(keys)
 
 
 def test_method_names_pick_the_recipe_and_network():
   config = load_config("bsuite", "smoke")
   cell = specs.cells_of("memory_len", config)[0]
   gru = specs.recipe_config("grpo_k5_gru", cell, config)
-  assert (gru.algo, gru.network.kind, gru.group_size, gru.num_tasks) == ("grpo", "gru", 5, 4)
+  assert (gru.algo, gru.network.kind, gru.group_size, gru.num_tasks) == \
+      ("grpo", "gru", 5, 4)
   ppo = specs.recipe_config("ppo_gru_g0.99_l0.95", cell, config)
-  assert (ppo.algo, ppo.network.kind, ppo.num_steps, ppo.num_envs) == ("ppo", "gru", 3, 20)
-  assert (ppo.gamma, ppo.gae_lambda, ppo.env_name) == (0.99, 0.95, "bsuite/MemoryChain-v0")
+  assert (ppo.algo, ppo.network.kind, ppo.num_steps, ppo.num_envs) == \
+      ("ppo", "gru", 3, 20)
+  assert (ppo.gamma, ppo.gae_lambda, ppo.env_name) == \
+      (0.99, 0.95, "bsuite/MemoryChain-v0")
   rf = specs.recipe_config("reinforce", cell, config)
   assert (rf.algo, rf.num_envs, rf.horizon, rf.credit) == ("reinforce", 20, 3, "terminal")
   config.methods = ("grpo_k5_gru", "reinforce_rtg")

@@ -49,7 +49,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.seed = 0                    # base RNG seed
   c.methods = ("ppo_mlp_g0.99_l0.95", "ppo_gru_g0.99_l0.95", "grpo_k5",
                "reinforce")     # method names, see specs.py
-  c.experiments = ("umbrella_length", "memory_len", "discounting_chain")  # specs.EXPERIMENTS
+  c.experiments = ("umbrella_length", "memory_len",
+                   "discounting_chain")  # any of specs.EXPERIMENTS
   c.umbrella_lengths = (1, 3, 10, 30)  # chain lengths (bsuite: 23 of them, 1..100)
   c.memory_lengths = (1, 3, 10, 30)    # memory lengths (bsuite: the same 23)
   c.discounting_mapping_seeds = scoring.MAPPING_SEEDS  # bsuite's 0..19
@@ -57,7 +58,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.episodes = ml_collections.ConfigDict(
       {"umbrella_length": 2_000, "memory_len": 2_000, "discounting_chain": 500,
        "discounting_chain_long": 1_000})  # episodes per setting (bsuite: 10k, 10k, 1k)
-  c.episodes_per_update = 20    # whole episodes per update, every method (divides episodes)
+  c.episodes_per_update = 20    # whole episodes per update, every method (divides
+                                # each experiment's episodes)
   c.lrs = ml_collections.ConfigDict({"ppo": 1e-3, "grpo": 3e-3, "reinforce": 3e-3})
   c.ppo_ent_coef = 0.01         # PPO's entropy bonus
   c.hidden_sizes = (64, 64)     # MLP widths (GRU: its input encoder)
@@ -179,9 +181,9 @@ def run(config, workdir: str, log=print) -> dict:
       rec = runner.train_cell(method, cell, config, log, tag)
       rec["config_key"] = _config_key(method, config)
       _write(path, rec)
-      log(f"{tag} done: final-update success "
-          f"{sum(r[-1] for r in rec['successes']) / max(sum(r[-1] for r in rec['episodes']), 1):.2f}"
-          f" | compile {rec['compile_s']:.0f}s run {rec['run_s']:.0f}s | study "
+      last = (sum(r[-1] for r in rec["successes"])
+              / max(sum(r[-1] for r in rec["episodes"]), 1))
+      log(f"{tag} done: final-update success {last:.2f} | compile {rec['compile_s']:.0f}s run {rec['run_s']:.0f}s | study "
           f"{watch.seconds():.0f}s")
     records.setdefault(method, {}).setdefault(x, []).append(rec)
   summary = {"methods": analysis.summarize(records, config), "missing": missing,

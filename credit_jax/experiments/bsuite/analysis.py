@@ -70,7 +70,7 @@ def _rate(successes, episodes) -> dict:
 
 
 def per_setting(records: List[dict], config) -> Dict[int, dict]:
-  """{setting: whole-run and final-window rates, pooled over seeds, and seeds at level}."""
+  """{setting: whole-run and final-window rates pooled over seeds, seeds at level}."""
   level = float(config.level)
   out: Dict[int, dict] = {}
   for rec in records:

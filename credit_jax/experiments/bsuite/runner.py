@@ -86,8 +86,8 @@ def train_cell(method: str, cell: specs.Cell, config, log: Callable, tag: str) -
     successes.append(s)
     returns.append(r)
     done += chunk
-    log(f"{tag}: update {done}/{updates} | success {s[:, -1].sum() / max(e[:, -1].sum(), 1):.2f}"
-        f" | {chunk * train.env_steps_per_update * n / dt:,.0f} env steps/s | "
+    rate = s[:, -1].sum() / max(e[:, -1].sum(), 1)
+    log(f"{tag}: update {done}/{updates} | success {rate:.2f} | {chunk * train.env_steps_per_update * n / dt:,.0f} env steps/s | "
         f"{compile_s + run_s:.0f}s")
   episodes = np.concatenate(episodes, axis=1)
   seeds = int(config.seeds)

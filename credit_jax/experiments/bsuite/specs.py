@@ -19,10 +19,11 @@ Methods (names as in credit_jax/experiments/horizon_methods.py): "reinforce",
 "reinforce_rtg", "grpo_k<K>", "ppo_<critic>_g<gamma>_l<lambda>" with critic "mlp"
 (MLP actor-critic), "gru" (GRU actor-critic, `network.kind = "gru"`) or "hist" (MLP
 actor, GRU critic); a "_gru" suffix on a REINFORCE or GRPO name ("grpo_k5_gru") gives
-it a GRU policy (`network.kind = "gru"`). Every method sees `episodes_per_update` (E) whole episodes per
-update: PPO runs E environments for one episode length per update (all episodes have a
-fixed length, so each env ends exactly one episode per update), GRPO E / K tasks of K,
-REINFORCE E episodes; a setting's `NUM_EPISODES` episodes take NUM_EPISODES / E updates.
+it a GRU policy (`network.kind = "gru"`). Every method sees `episodes_per_update` (E)
+whole episodes per update: PPO runs E environments for one episode length per update
+(all episodes have a fixed length, so each env ends exactly one episode per update), GRPO
+E / K tasks of K, REINFORCE E episodes; a setting's `NUM_EPISODES` episodes take
+NUM_EPISODES / E updates.
 """
 from __future__ import annotations
 
