@@ -111,6 +111,23 @@ def summarize_experiment(experiment: str, records: List[dict], config) -> dict:
                    sum(v[part]["episodes"] for v in settings.values()))
     out["bonus_rate"] = pooled("whole")
     out["final_bonus_rate"] = pooled("final")
+    # Mapping seeds with one bonus chain are one environment: their rates pooled per
+    # the bonus chain's reward horizon (bsuite's "optimal_horizon").
+    horizons = specs.horizons_of(experiment, config)
+    by_horizon: Dict[int, dict] = {}
+    for m, v in settings.items():
+      h = by_horizon.setdefault(int(horizons[m % len(horizons)]),
+                                {"whole": [0, 0], "final": [0, 0], "seeds_at_level": 0,
+                                 "seeds": 0})
+      for part in ("whole", "final"):
+        h[part][0] += v[part]["successes"]
+        h[part][1] += v[part]["episodes"]
+      h["seeds_at_level"] += v["seeds_at_level"]
+      h["seeds"] += v["seeds"]
+    out["per_bonus_horizon"] = {
+        k: {"whole": _rate(*h["whole"]), "final": _rate(*h["final"]),
+            "seeds_at_level": h["seeds_at_level"], "seeds": h["seeds"]}
+        for k, h in sorted(by_horizon.items())}
   else:
     lengths = sorted(settings)
     longest = scoring.longest_at_level(

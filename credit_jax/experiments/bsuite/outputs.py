@@ -108,19 +108,23 @@ def markdown_tables(summary: dict) -> List[str]:
     rows.append(row)
   lines += report.table(["method"] + experiments, rows)
   for x in experiments:
+    key, column = (("per_bonus_horizon", "bonus chain's horizon")
+                   if specs.SCORED_AS[x] == "discounting_chain"
+                   else ("per_setting", specs.SETTING_NAMES[x]))
     settings = sorted({n for m in methods if x in summary[m]
-                       for n in summary[m][x]["per_setting"]})
-    lines += ["", f"{x}: final-window rate per {specs.SETTING_NAMES[x]} (seeds at "
-              f"level / seeds)", ""]
+                       for n in summary[m][x][key]}, key=int)
+    lines += ["", f"{x}: final-window rate per {column} (whole-run rate; runs at level "
+              f"/ runs)", ""]
     rows = []
     for n in settings:
       row = [n]
       for m in methods:
-        v = summary[m].get(x, {}).get("per_setting", {}).get(n)
+        v = summary[m].get(x, {}).get(key, {}).get(n)
         row.append("-" if v is None else
-                   f"{v['final']['rate']:.2f} ({v['seeds_at_level']}/{v['seeds']})")
+                   f"{v['final']['rate']:.2f} ({v['whole']['rate']:.2f}; "
+                   f"{v['seeds_at_level']}/{v['seeds']})")
       rows.append(row)
-    lines += report.table([specs.SETTING_NAMES[x]] + methods, rows)
+    lines += report.table([column] + methods, rows)
   return lines
 
 

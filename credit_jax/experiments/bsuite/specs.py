@@ -85,6 +85,13 @@ def settings_of(experiment: str, config) -> Tuple[int, ...]:
                     f"{EXPERIMENTS}")
 
 
+def horizons_of(experiment: str, config) -> Tuple[int, ...]:
+  """A discounting experiment's reward horizons (bsuite's, or the long ones)."""
+  if experiment == "discounting_chain":
+    return tuple(bsuite_envs.BSUITE_HORIZONS)
+  return long_horizons(config)
+
+
 def cells_of(experiment: str, config) -> List[Cell]:
   """The experiment's cells, shortest episodes first."""
   settings = settings_of(experiment, config)
@@ -94,8 +101,7 @@ def cells_of(experiment: str, config) -> List[Cell]:
   if experiment == "memory_len":
     return [Cell(experiment, (n,), (("memory_length", n), ("num_bits", 1)), n + 1)
             for n in sorted(set(settings))]
-  horizons = (bsuite_envs.BSUITE_HORIZONS if experiment == "discounting_chain"
-              else long_horizons(config))
+  horizons = horizons_of(experiment, config)
   chains = len(horizons)
   cells = []
   for bonus in sorted({m % chains for m in settings}):
