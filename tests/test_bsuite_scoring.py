@@ -142,6 +142,10 @@ def test_discounting_summary_pools_bonus_rates():
   assert s["bonus_rate"]["successes"] == 78 and s["bonus_rate"]["episodes"] == 160
   assert s["bsuite_score"] == pytest.approx(78 / 160)
   assert s["final_bonus_rate"]["rate"] == pytest.approx(50 / 80)
+  # mapping seeds 0 and 5 are one environment: the bonus on the horizon-1 chain
+  assert list(s["per_bonus_horizon"]) == [1]
+  assert s["per_bonus_horizon"][1]["whole"]["successes"] == 78
+  assert s["per_bonus_horizon"][1]["seeds"] == 4
 
 
 # --- bsuite's own analysis as the oracle ------------------------------------------------
