@@ -162,9 +162,9 @@ def score_figure(summary: dict, workdir: str) -> str:
 
 def curve_figures(records: Dict[str, Dict[str, List[dict]]], config,
                   workdir: str) -> List[str]:
-  """curves_<experiment>.png: per method a panel, per setting a line: the success rate
-  per update (mean over seeds, a trailing mean over `config.curve_smooth` updates)
-  against episodes."""
+  """curves_<experiment>.png: per method a panel, per setting a line (discounting: per
+  bonus chain's horizon, its mapping seeds pooled): the success rate per update (pooled
+  over runs, a trailing mean over `config.curve_smooth` updates) against episodes."""
   paths = []
   methods = list(records)
   for x in specs.EXPERIMENTS:
@@ -173,6 +173,8 @@ def curve_figures(records: Dict[str, Dict[str, List[dict]]], config,
       continue
     fig, axes = report.figure(1, len(present), figsize=(4.2 * len(present), 3.6),
                               sharey=True)
+    discounting = specs.SCORED_AS[x] == "discounting_chain"
+    horizons = specs.horizons_of(x, config) if discounting else None
     for ax, m in zip(axes[0], present):
       lines = {}   # setting -> [successes per update, episodes per update, runs]
       for rec in records[m][x]:
@@ -180,7 +182,8 @@ def curve_figures(records: Dict[str, Dict[str, List[dict]]], config,
         s = np.asarray(rec["successes"], np.float64)
         for setting in sorted(set(rec["settings"])):
           sel = np.asarray(rec["settings"]) == setting
-          acc = lines.setdefault(setting, [0.0, 0.0, 0])
+          label = horizons[setting % len(horizons)] if discounting else setting
+          acc = lines.setdefault(label, [0.0, 0.0, 0])
           acc[0] = acc[0] + s[sel].sum(0)
           acc[1] = acc[1] + e[sel].sum(0)
           acc[2] += int(sel.sum())
@@ -194,9 +197,9 @@ def curve_figures(records: Dict[str, Dict[str, List[dict]]], config,
       ax.set_xlabel("episodes per run")
       ax.axhline(float(config.level), color="k", ls=":", lw=0.8)
     axes[0, 0].set_ylabel("success rate")
-    axes[0, -1].legend(title=specs.SETTING_NAMES[x], fontsize=6, ncol=2,
-                       loc="lower right")
-    fig.suptitle(f"{x}: learning curves per {specs.SETTING_NAMES[x]}")
+    name = "bonus chain's horizon" if discounting else specs.SETTING_NAMES[x]
+    axes[0, -1].legend(title=name, fontsize=6, ncol=2, loc="lower right")
+    fig.suptitle(f"{x}: learning curves per {name}")
     paths.append(report.save_figure(fig, workdir, f"curves_{x}.png"))
   return paths
 
