@@ -18,7 +18,7 @@ Variants:
       ran (`--config.methods`, `--config.experiments`, `--config.umbrella_lengths`, ...
       overrides on one workdir; finished cells are skipped).
   "smoke": seconds; what the tests run.
-Every field is documented in credit_jax/experiments/bsuite/__init__.py's default_config().
+Every field is documented in credit_jax/experiments/bsuite/study.py's default_config().
 """
 from credit_jax.experiments import bsuite
 from credit_jax.experiments.bsuite import scoring

@@ -10,6 +10,7 @@ import functools
 import gymnax
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -298,7 +299,7 @@ def test_impossible_settings_name_the_field():
 def test_recipes_report_success_from_info_not_from_a_positive_reward():
   """The PPO success signal of an umbrella chain is the umbrella, not the +-1 noise."""
   from credit_jax import rollout
-  from credit_jax.algos import episodes
+  from credit_jax import episodes
   env, params = umbrella(10)
   obs, state = rollout.reset(env, params, KEY, 64)
   traj, _ = rollout.collect(env, params, rollout.uniform_random_policy(2), None,
@@ -312,3 +313,27 @@ def test_recipes_report_success_from_info_not_from_a_positive_reward():
   assert 0.4 < rate < 0.6                        # a random umbrella: 640 episodes
   any_positive = np.asarray(traj.rewards).reshape(10, 10, 64).max(axis=1) > 0
   assert any_positive.mean() > 0.95              # what "a positive reward" would say
+
+
+@pytest.mark.parametrize("adapter,gymnax_id,kwargs", [
+    ("bsuite/UmbrellaChain-v0", "UmbrellaChain-bsuite", {"chain_length": 7}),
+    ("bsuite/MemoryChain-v0", "MemoryChain-bsuite", {"memory_length": 4}),
+])
+def test_adapter_success_agrees_with_the_gymnax_ids_rule(adapter, gymnax_id, kwargs):
+  """credit_jax/envs/success.py's rule for gymnax's id (terminated on a final +1) gives
+  the adapter's `info["success"]` on every episode; the recipes report it on the adapter
+  (a CreditEnv) and, on gymnax's id, only where their own test is that rule."""
+  from credit_jax import episodes, rollout
+  from credit_jax.envs import success
+  env, params = envs.make(adapter, **kwargs)
+  traj = rollout.collect_episodes(env, params, rollout.uniform_random_policy(2), None,
+                                  jax.random.PRNGKey(3), 256, 16)
+  rule = success.final_reward_success(traj.rewards, traj.terminated, traj.valid)
+  reported = success.episode_success(adapter, env, traj.rewards, traj.terminated,
+                                     traj.valid, traj.info)
+  np.testing.assert_array_equal(np.asarray(reported), np.asarray(rule))
+  assert 0.3 < float(np.mean(rule)) < 0.7          # a random choice, 256 episodes
+  assert episodes.has_success(ml_collections.ConfigDict(
+      {"env_name": adapter, "env_kwargs": kwargs}))
+  assert episodes.has_success(ml_collections.ConfigDict({"env_name": gymnax_id})) == (
+      success.rule_for(gymnax_id).recipes_agree)

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from credit_jax.algos import ConfigError
+from credit_jax.config import ConfigError
 from credit_jax.experiments import bsuite, report
 from credit_jax.experiments.bsuite import specs
 from config_files import load_config

@@ -49,7 +49,7 @@ truncate unless `max_steps_in_episode` is set below their length (then truncatio
 everywhere in credit_jax, never coincides with a termination).
 
 Success (`info["success"]`, bool, True only at an episode's last step; what recipes
-report as `success`, see `credit_jax/algos/episodes.py`): umbrella, the umbrella was
+report as `success`, see `credit_jax/episodes.py`): umbrella, the umbrella was
 right (the final reward is +1; the return is no guide, the distractor rewards add to
 it); memory, the recall was right; discounting, the bonus chain was chosen (return 1.1;
 every chain pays 1, so a positive return is no guide either).

@@ -15,7 +15,7 @@ Experiments:
                            in episodes of 1000 steps, the bonus on each chain once
                            (mapping seeds 0..6), scored by discounting_chain's formula
 
-Methods (names as in credit_jax/experiments/horizon_methods.py): "reinforce",
+Methods (names as in credit_jax/experiments/horizon/methods.py): "reinforce",
 "reinforce_rtg", "grpo_k<K>", "ppo_<critic>_g<gamma>_l<lambda>" with critic "mlp"
 (MLP actor-critic), "gru" (GRU actor-critic, `network.kind = "gru"`) or "hist" (MLP
 actor, GRU critic); a "_gru" suffix on a REINFORCE or GRPO name ("grpo_k5_gru") gives
@@ -32,9 +32,9 @@ from typing import List, Tuple
 
 import ml_collections
 
-from credit_jax.algos import ConfigError
+from credit_jax.config import ConfigError
 from credit_jax.envs import bsuite as bsuite_envs
-from credit_jax.experiments import horizon_methods
+from credit_jax.experiments.horizon import methods as horizon_methods
 
 EXPERIMENTS = ("umbrella_length", "memory_len", "discounting_chain",
                "discounting_chain_long")
