@@ -133,6 +133,22 @@ def test_rows_scores_and_rates_from_records():
   assert lo < 0.95 < hi
 
 
+def test_lengths_past_bsuites_sweep_are_reported_but_not_scored():
+  config = small_config()
+  beyond = record("umbrella_length", [300, 300], [0, 1], [[20, 20], [20, 20]],
+                  [[20, 20], [20, 20]], [[0.0, 0.0], [0.0, 0.0]])   # all right
+  s = analysis.summarize_experiment("umbrella_length", umbrella_records() + [beyond],
+                                    config)
+  assert s["bsuite_score"] == 0.5                  # lengths 1 and 3 alone, as before
+  assert s["scored_settings"] == [1, 3] and s["sweep_size"] == 23
+  assert s["per_setting"][300]["final"]["rate"] == 1.0
+  assert s["longest_at_level"] == 300
+  only = analysis.summarize_experiment("umbrella_length", [beyond], config)
+  assert only["bsuite_score"] is None and only["seed_score_min"] is None
+  table = "\n".join(outputs.markdown_tables({"m": {"umbrella_length": s}}))
+  assert "0.50 [0.50, 0.50] (2/23 settings)" in table
+
+
 def test_discounting_summary_pools_bonus_rates():
   config = small_config()
   recs = [record("discounting_chain", [0, 0, 5, 5], [0, 1, 0, 1], [[20, 20]] * 4,
@@ -184,7 +200,9 @@ def test_bsuite_format_csv_is_scored_by_bsuite_as_by_us(tmp_path):
   config = small_config()
   disc = [record("discounting_chain", [0, 5], [0, 0], [[20, 20]] * 2,
                  [[4, 20], [0, 7]], [[20.4, 22.0], [20.0, 20.7]])]
-  records = {"m": {"umbrella_length": umbrella_records(), "discounting_chain": disc}}
+  beyond = record("umbrella_length", [300], [0], [[20, 20]], [[20, 20]], [[0.0, 0.0]])
+  records = {"m": {"umbrella_length": umbrella_records() + [beyond],
+                   "discounting_chain": disc}}
   outputs.write_bsuite_format(records, str(tmp_path))
   df = pd.read_csv(os.path.join(tmp_path, "bsuite_format", "m.csv"))
   ours = analysis.summarize(records, config)["m"]
@@ -197,3 +215,4 @@ def test_bsuite_format_csv_is_scored_by_bsuite_as_by_us(tmp_path):
   with open(os.path.join(tmp_path, "bsuite_format", "m.csv")) as f:
     header = next(csv.reader(f))
   assert header[:3] == ["bsuite_id", "bsuite_env", "episode"]
+  assert set(df[df.bsuite_env == "umbrella_length_beyond"].chain_length) == {300}

@@ -3,7 +3,10 @@
 Per (method, experiment):
   * bsuite's score (`scoring`) from every run's rows pooled (several seeds per setting
     averaged inside each group, as bsuite's analysis does with several runs), and the
-    score of each seed's runs alone (mean, min, max over seeds);
+    score of each seed's runs alone (mean, min, max over seeds). Only the settings of
+    bsuite's sweep count (`in_sweep`): lengths 300 and 1000 are reported per length but
+    would dilute a score that is a fraction of lengths; `scored_settings` says which of
+    the sweep's settings a score covers (a partial sweep scores the lengths it ran);
   * per setting: the right-choice rate over the whole run (what bsuite averages) and
     over the final window (the last `final_fraction` of the updates), pooled over seeds
     with a 95% Wilson interval (episodes treated as independent trials), and the seeds
@@ -49,8 +52,30 @@ def bsuite_rows(records: List[dict]) -> Dict[str, np.ndarray]:
   return out
 
 
-def score(experiment: str, rows: Dict[str, np.ndarray], config) -> float:
-  """bsuite's score of `rows` (from `bsuite_rows`) for `experiment`."""
+def sweep_of(experiment: str):
+  """bsuite's settings of `experiment` (None: not a bsuite experiment, every setting
+  scored, as discounting_chain_long)."""
+  if experiment in ("umbrella_length", "memory_len"):
+    return scoring.BSUITE_LENGTHS
+  if experiment == "discounting_chain":
+    return scoring.MAPPING_SEEDS
+  return None
+
+
+def in_sweep(experiment: str, settings) -> np.ndarray:
+  """[N] bool: which `settings` [N] bsuite's sweep of `experiment` holds."""
+  sweep = sweep_of(experiment)
+  settings = np.asarray(settings)
+  return np.ones(settings.shape, bool) if sweep is None else np.isin(settings, sweep)
+
+
+def score(experiment: str, rows: Dict[str, np.ndarray], config) -> float | None:
+  """bsuite's score of `rows` (from `bsuite_rows`) for `experiment`, over the rows of
+  bsuite's sweep (`in_sweep`); None when there are none."""
+  keep = in_sweep(experiment, rows["setting"])
+  if not keep.any():
+    return None
+  rows = {k: v[keep] for k, v in rows.items()}
   kind = specs.SCORED_AS[experiment]
   n = specs.num_episodes(experiment, config)
   if kind == "umbrella_length":
@@ -96,10 +121,16 @@ def summarize_experiment(experiment: str, records: List[dict], config) -> dict:
   per_seed = [score(experiment, {k: v[rows["seed"] == j] for k, v in rows.items()},
                     config) for j in seeds]
   settings = per_setting(records, config)
+  scored = [n for n in settings if in_sweep(experiment, [n])[0]]
+  sweep = sweep_of(experiment)
+  known = [v for v in per_seed if v is not None]
   out = {"bsuite_score": score(experiment, rows, config),
-         "seed_scores": per_seed, "seed_score_mean": float(np.mean(per_seed)),
-         "seed_score_min": float(np.min(per_seed)),
-         "seed_score_max": float(np.max(per_seed)),
+         "scored_settings": scored,
+         "sweep_size": len(sweep) if sweep is not None else len(scored),
+         "seed_scores": per_seed,
+         "seed_score_mean": float(np.mean(known)) if known else None,
+         "seed_score_min": float(np.min(known)) if known else None,
+         "seed_score_max": float(np.max(known)) if known else None,
          "per_setting": settings,
          "env_steps_per_seed": int(sum(r["env_steps"] * len(set(r["settings"]))
                                        for r in records)),

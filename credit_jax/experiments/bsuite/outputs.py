@@ -4,7 +4,9 @@ figure, per-length learning curves and summary.md.
 `bsuite_format/<method>.csv` holds the rows bsuite's own logger would have written (one
 per run and update: `bsuite_id`, `bsuite_env`, `episode`, `total_return`,
 `total_regret`, `total_perfect`, the setting column, `seed`), so bsuite's analysis
-(`bsuite.experiments.<name>.analysis.score`) can score the runs itself:
+(`bsuite.experiments.<name>.analysis.score`) can score the runs itself (settings past
+bsuite's sweep, lengths 300 and 1000, are written as `<name>_beyond`, so that the rows
+of `<name>` are bsuite's sweep alone):
 
     df = pandas.read_csv("bsuite_format/ppo_mlp_g0.99_l0.95.csv")
     umbrella_length.analysis.score(df[df.bsuite_env == "umbrella_length"])
@@ -39,11 +41,13 @@ def write_bsuite_format(records: Dict[str, Dict[str, List[dict]]], workdir: str)
           continue
         rows = analysis.bsuite_rows(recs)
         name = specs.SETTING_NAMES[experiment]
+        swept = analysis.in_sweep(experiment, rows["setting"])
         for i in range(rows["episode"].shape[0]):
           setting = int(rows["setting"][i])
           cells = {"chain_length": "", "memory_length": "", "mapping_seed": ""}
           cells[name] = setting
-          out.writerow([f"{experiment}/{setting}", experiment, int(rows["episode"][i]),
+          env = experiment if swept[i] else f"{experiment}_beyond"
+          out.writerow([f"{env}/{setting}", env, int(rows["episode"][i]),
                         f"{rows['total_return'][i]:.6g}", f"{rows['total_regret'][i]:g}",
                         int(rows["total_perfect"][i]), cells["chain_length"],
                         cells["memory_length"], cells["mapping_seed"],
@@ -61,12 +65,25 @@ def write_results(summary: dict, workdir: str) -> None:
       for experiment, s in by_exp.items():
         for setting, v in sorted(s["per_setting"].items()):
           fin = v["final"]
-          out.writerow([method, experiment, setting, f"{s['bsuite_score']:.4f}",
+          score = "" if s["bsuite_score"] is None else f"{s['bsuite_score']:.4f}"
+          out.writerow([method, experiment, setting, score,
                         f"{v['whole']['rate']:.4f}", f"{fin['rate']:.4f}",
                         f"{fin['wilson'][0]:.4f}", f"{fin['wilson'][1]:.4f}",
                         fin["episodes"], v["seeds_at_level"], v["seeds"]])
   with open(os.path.join(workdir, "results.md"), "w") as f:
     f.write("\n".join(markdown_tables(summary)) + "\n")
+
+
+def _score_cell(s) -> str:
+  """A score table cell: pooled score [per-seed min, max], and the share of bsuite's
+  sweep it covers when that is not all of it."""
+  if s is None or s["bsuite_score"] is None:
+    return "-"
+  cell = (f"{s['bsuite_score']:.2f} [{s['seed_score_min']:.2f}, "
+          f"{s['seed_score_max']:.2f}]")
+  if len(s["scored_settings"]) < s["sweep_size"]:
+    cell += f" ({len(s['scored_settings'])}/{s['sweep_size']} settings)"
+  return cell
 
 
 def _pct(rate: dict) -> str:
@@ -86,8 +103,7 @@ def markdown_tables(summary: dict) -> List[str]:
     row = [m]
     for x in experiments:
       s = summary[m].get(x)
-      row.append("-" if s is None else f"{s['bsuite_score']:.2f} "
-                 f"[{s['seed_score_min']:.2f}, {s['seed_score_max']:.2f}]")
+      row.append(_score_cell(s))
     rows.append(row)
   lines += report.table(["method"] + experiments, rows)
   lines += ["", "Longest length whose final-window right-choice rate (pooled over seeds, "
@@ -140,7 +156,7 @@ def score_figure(summary: dict, workdir: str) -> str:
     xs, ys, lo, hi = [], [], [], []
     for j, x in enumerate(experiments):
       s = summary[m].get(x)
-      if s is None:
+      if s is None or s["bsuite_score"] is None:
         continue
       xs.append(j + (i - (len(methods) - 1) / 2) * width)
       ys.append(s["bsuite_score"])

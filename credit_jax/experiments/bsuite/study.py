@@ -19,7 +19,8 @@ resumes at the first unfinished cell), and `--config.methods` / `--config.experi
 overrides run a study in pieces on one workdir; the summary covers every cell saved
 there that belongs to the config.
 
-Writes: summary.json / summary.md (bsuite scores per experiment and method; per method
+Writes: summary.json / summary.md (bsuite scores per experiment and method, over the
+settings of bsuite's sweep; per method
 the longest length with >= `level` right choices / recalls and the discounting
 bonus-chain rate, with Wilson intervals), results.csv / results.md, scores.png (bars),
 curves_<experiment>.png (per-length learning curves), bsuite_format/<method>.csv (rows
