@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import gymnax
 
-from credit_jax.envs import success
+from credit_jax.envs import bsuite, success
 from credit_jax.envs.base import CreditEnv, check_param_range, check_step_limit
 from credit_jax.envs.bitflip import BitFlip
 from credit_jax.envs.goal import GoalEnvMixin
@@ -48,6 +48,11 @@ _REGISTRY: Dict[str, type] = {
     "RunningSum-v0": RunningSum,
     "KeyToDoor-v0": KeyToDoor,
     "LinearKeyToDoor-v0": LinearKeyToDoor,
+    # bsuite's chains as bsuite defines them (credit_jax/envs/bsuite.py says how they
+    # differ from gymnax's "UmbrellaChain-bsuite", ... , which pass through unchanged).
+    "bsuite/UmbrellaChain-v0": bsuite.UmbrellaChain,
+    "bsuite/MemoryChain-v0": bsuite.MemoryChain,
+    "bsuite/DiscountingChain-v0": bsuite.DiscountingChain,
 }
 
 
@@ -137,8 +142,9 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 
   Args:
     name: a credit_jax id (`KeyChain-v0`, `BitFlip-v0`, `GoalGrid-v0`, `TextEdit-v0`,
-      `KeyToDoor-v0`, `LinearKeyToDoor-v0`)
-      or any gymnax id (`CartPole-v1`, ...).
+      `KeyToDoor-v0`, `LinearKeyToDoor-v0`, `bsuite/UmbrellaChain-v0`,
+      `bsuite/MemoryChain-v0`, `bsuite/DiscountingChain-v0`) or any gymnax id
+      (`CartPole-v1`, ...).
     **overrides: constructor options and/or params fields (see `overrides_of`).
   Raises:
     ValueError: unknown `name` (the message lists the known ids), an override the
