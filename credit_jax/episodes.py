@@ -23,8 +23,10 @@ def has_success(config) -> bool:
 
   credit_jax's own environments (`envs.CreditEnv`: KeyChain and the goal environments)
   pay a reward of 1 for solving the task and 0 otherwise, so an episode succeeded iff its
-  return is positive. gymnax's environments (CartPole, ...) have none, except the ids
-  of `credit_jax/envs/success.py` whose rule the recipes' test agrees with (Catch,
+  return is positive; those whose return is no guide (KeyToDoor's apples, bsuite's
+  chains, `credit_jax/envs/bsuite.py`) report `info["success"]` instead (see
+  `success_signal`). gymnax's environments (CartPole, ...) have none, except the ids of
+  `credit_jax/envs/success.py` whose rule the recipes' test agrees with (Catch,
   MemoryChain: the final reward is the only one).
   """
   try:
@@ -33,6 +35,16 @@ def has_success(config) -> bool:
     return False
   rule = envs.success.rule_for(config.env_name)
   return isinstance(env, envs.CreditEnv) or (rule is not None and rule.recipes_agree)
+
+
+def success_signal(traj) -> Array:
+  """[T, ...] float32, positive at the steps that show their episode succeeded.
+
+  The environment's `info["success"]` where it reports one (KeyToDoor, bsuite's chains:
+  there a positive reward is no guide), else the reward itself (`traj.rewards`).
+  """
+  succ = traj.info.get("success") if isinstance(traj.info, dict) else None
+  return traj.rewards if succ is None else succ.astype(jnp.float32)
 
 
 def _ended_totals(x: Array, dones: Array, running: Array) -> Tuple[Array, Array]:
@@ -110,12 +122,13 @@ def continuing_episode_success(rewards: Array, dones: Array, running_hits: Array
   return running_hits, success.astype(jnp.float32)
 
 
-def continuing_update(rewards: Array, dones: Array, aux: dict, with_success: bool
-                      ) -> Tuple[dict, dict]:
+def continuing_update(rewards: Array, dones: Array, aux: dict, with_success: bool,
+                      signal: Array | None = None) -> Tuple[dict, dict]:
   """PPO's per-update episode bookkeeping over a continuing rollout, in one place.
 
   Args:
     rewards: [T, B] rewards; dones: [T, B] bool (an episode ended at step t).
+    signal: [T, B] the success signal (`success_signal`); None: `rewards`.
     aux: the recipe's carry with `running_return [B]`, `last_return []` and, when
       `with_success`, `running_hits [B]`, `last_success []`.
 
@@ -128,8 +141,9 @@ def continuing_update(rewards: Array, dones: Array, aux: dict, with_success: boo
   metrics = {"return": mean_return, "episodes": num_episodes}
   carry = {"running_return": running, "last_return": mean_return}
   if with_success:
-    hits, success = continuing_episode_success(rewards, dones, aux["running_hits"],
-                                               aux["last_success"])
+    hits, success = continuing_episode_success(
+        rewards if signal is None else signal, dones, aux["running_hits"],
+        aux["last_success"])
     metrics["success"] = success
     carry.update(running_hits=hits, last_success=success)
   return metrics, carry

@@ -289,7 +289,8 @@ def make_train(config) -> train_lib.Train:
                "last_return": mean_return, **prm_aux}
     if with_success:
       hits, success = episodes.continuing_episode_success(
-          traj.rewards, traj.dones, aux["running_hits"], aux["last_success"])
+          episodes.success_signal(traj), traj.dones, aux["running_hits"],
+          aux["last_success"])
       metrics["success"] = success
       new_aux.update(running_hits=hits, last_success=success)
     if cur:  # curriculum hook: promotion / priorities (success or value-loss score)

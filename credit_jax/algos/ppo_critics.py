@@ -409,7 +409,8 @@ def make_train(config, hparam_names, n_updates: int, advantages_fn) -> train_lib
         num_epochs=n_epochs, num_minibatches=n_mb, axis=0, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
     ep_metrics, ep_carry = episodes.continuing_update(traj.rewards, traj.dones, aux,
-                                                      with_success)
+                                                      with_success,
+                                                      episodes.success_signal(traj))
     metrics.update({**ep_metrics, "lr": lr, "value_mean": values.mean(),
                     "advantage_std": advantages.std()})
     new_aux.update(ep_carry)

@@ -316,7 +316,8 @@ def make_train(config, hparam_names, n_updates: int) -> train_lib.Train:
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
     # The sampled policy's episodes (and success), as PPO's MLP path reports them.
     ep_metrics, ep_carry = episodes.continuing_update(traj.rewards, traj.dones, aux,
-                                                      with_success)
+                                                      with_success,
+                                                      episodes.success_signal(traj))
     metrics.update({**ep_metrics, "lr": lr, "value_mean": values.mean(),
                     "advantage_std": advantages.std()})
     new_aux = {"env_state": env_state, "obs": obs, "policy_state": policy_state,

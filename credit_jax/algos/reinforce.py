@@ -240,7 +240,8 @@ def make_train(config) -> train_lib.Train:
                "advantage_std": jnp.sqrt(episodes.masked_mean(
                    jnp.square(adv - episodes.masked_mean(adv, traj.valid)), traj.valid))}
     if with_success:
-      metrics["success"] = jnp.mean((ep_return > 0).astype(jnp.float32))
+      hit = jnp.logical_and(traj.valid, episodes.success_signal(traj) > 0)   # [T, B]
+      metrics["success"] = jnp.mean(jnp.any(hit, axis=0).astype(jnp.float32))
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=state.aux), metrics
 

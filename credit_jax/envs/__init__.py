@@ -28,13 +28,14 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import gymnax
 
-from credit_jax.envs import success
+from credit_jax.envs import bsuite, success
 from credit_jax.envs.base import CreditEnv, check_param_range, check_step_limit
 from credit_jax.envs.bitflip import BitFlip
 from credit_jax.envs.goal import GoalEnvMixin
 from credit_jax.envs.goalgrid import GoalGrid
 from credit_jax.envs.keychain import KeyChain
 from credit_jax.envs.keytodoor import KeyToDoor
+from credit_jax.envs.linear_keytodoor import LinearKeyToDoor
 from credit_jax.envs.runningsum import RunningSum
 from credit_jax.envs.textedit import TextEdit
 from credit_jax.envs.wrappers import DesiredGoalWrapper, HistoryState, HistoryWrapper
@@ -46,6 +47,12 @@ _REGISTRY: Dict[str, type] = {
     "TextEdit-v0": TextEdit,
     "RunningSum-v0": RunningSum,
     "KeyToDoor-v0": KeyToDoor,
+    "LinearKeyToDoor-v0": LinearKeyToDoor,
+    # bsuite's chains as bsuite defines them (credit_jax/envs/bsuite.py says how they
+    # differ from gymnax's "UmbrellaChain-bsuite", ... , which pass through unchanged).
+    "bsuite/UmbrellaChain-v0": bsuite.UmbrellaChain,
+    "bsuite/MemoryChain-v0": bsuite.MemoryChain,
+    "bsuite/DiscountingChain-v0": bsuite.DiscountingChain,
 }
 
 
@@ -135,8 +142,9 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 
   Args:
     name: a credit_jax id (`KeyChain-v0`, `BitFlip-v0`, `GoalGrid-v0`, `TextEdit-v0`,
-      `KeyToDoor-v0`)
-      or any gymnax id (`CartPole-v1`, ...).
+      `KeyToDoor-v0`, `LinearKeyToDoor-v0`, `bsuite/UmbrellaChain-v0`,
+      `bsuite/MemoryChain-v0`, `bsuite/DiscountingChain-v0`) or any gymnax id
+      (`CartPole-v1`, ...).
     **overrides: constructor options and/or params fields (see `overrides_of`).
   Raises:
     ValueError: unknown `name` (the message lists the known ids), an override the
@@ -169,6 +177,7 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 
 __all__ = [
     "BitFlip", "CreditEnv", "DesiredGoalWrapper", "GoalEnvMixin", "GoalGrid",
-    "HistoryState", "HistoryWrapper", "KeyChain", "KeyToDoor", "RunningSum", "TextEdit",
-    "make", "overrides_of", "register", "registered_envs", "resolve", "success",
+    "HistoryState", "HistoryWrapper", "KeyChain", "KeyToDoor", "LinearKeyToDoor",
+    "RunningSum", "TextEdit", "make", "overrides_of", "register", "registered_envs", "resolve",
+    "success",
 ]

@@ -33,6 +33,7 @@ EXPERIMENTS = {
     "curriculum": "credit_jax.experiments.curriculum",
     "horizon_study": "credit_jax.experiments.horizon",
     "horizon_remedies": "credit_jax.experiments.horizon.remedies",
+    "bsuite": "credit_jax.experiments.bsuite",
 }
 
 

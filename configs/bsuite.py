@@ -1,0 +1,62 @@
+"""bsuite's umbrella_length, memory_len and discounting_chain (credit_jax/experiments/bsuite),
+scored as bsuite scores them.
+
+  python3 scripts/bsuite.py --config=configs/bsuite.py:small --workdir=DIR
+  python3 scripts/bsuite.py --config=configs/bsuite.py:full --workdir=DIR
+
+Variants:
+  "small" (the default; <= 15 min on 2 CPU cores): 3 seeds, PPO (MLP and GRU, gamma 0.99,
+      lambda 0.95), GRPO K = 5 and REINFORCE; chain / memory lengths 1, 3, 10, 30 with
+      2,000 episodes each (bsuite: 23 lengths, 10,000), discounting_chain's 20 mapping
+      seeds with 500 episodes (bsuite: 1,000). Its scores are bsuite's formulas on fewer
+      episodes, so they are lower than a bsuite-length run's would be.
+  "bsuite": bsuite's own sweep: 5 seeds, the 23 lengths 1..100 with 10,000 episodes,
+      the 20 mapping seeds with 1,000 episodes; PPO MLP, PPO GRU, GRPO K = 5.
+  "full": "bsuite" plus chain / memory lengths 300 and 1000 (10,000 episodes each) and
+      discounting_chain_long (reward horizons up to 1000 steps, 1,000 episodes per bonus
+      chain). On 2 CPU cores this takes hours; docs/results/bsuite.md says which pieces
+      ran (`--config.methods`, `--config.experiments`, `--config.umbrella_lengths`, ...
+      overrides on one workdir; finished cells are skipped).
+  "smoke": seconds; what the tests run.
+Every field is documented in credit_jax/experiments/bsuite/study.py's default_config().
+"""
+from credit_jax.experiments import bsuite
+from credit_jax.experiments.bsuite import scoring
+
+
+def get_config(arg=None):
+  """Returns the study config; `arg` picks a variant ("small" default, "bsuite", "full",
+  "smoke")."""
+  c = bsuite.default_config()
+  if arg in (None, "", "small"):
+    pass
+  elif arg in ("bsuite", "full"):
+    c.seeds = 5
+    c.methods = ("ppo_mlp_g0.99_l0.95", "ppo_gru_g0.99_l0.95", "grpo_k5")
+    c.umbrella_lengths = scoring.BSUITE_LENGTHS
+    c.memory_lengths = scoring.BSUITE_LENGTHS
+    c.episodes.umbrella_length = scoring.NUM_EPISODES["umbrella_length"]
+    c.episodes.memory_len = scoring.NUM_EPISODES["memory_len"]
+    c.episodes.discounting_chain = scoring.NUM_EPISODES["discounting_chain"]
+    if arg == "full":
+      c.umbrella_lengths = scoring.BSUITE_LENGTHS + (300, 1000)
+      c.memory_lengths = scoring.BSUITE_LENGTHS + (300, 1000)
+      c.experiments = ("umbrella_length", "memory_len", "discounting_chain",
+                       "discounting_chain_long")
+  elif arg == "smoke":
+    c.seeds = 2
+    c.methods = ("ppo_mlp_g0.99_l0.95", "grpo_k5")
+    c.umbrella_lengths = (1, 3)
+    c.memory_lengths = (2,)
+    c.discounting_mapping_seeds = (0, 5, 1)
+    c.episodes.umbrella_length = 100
+    c.episodes.memory_len = 100
+    c.episodes.discounting_chain = 40
+    c.hidden_sizes = (16,)
+    c.gru_size = 8
+    c.chunk_updates = 5
+    c.curve_smooth = 2
+  else:
+    raise ValueError(f"unknown variant {arg!r}; use 'small' (default), 'bsuite', 'full' "
+                     f"or 'smoke'")
+  return c
