@@ -10,6 +10,10 @@ given to `make` goes to the environment's constructor when it fixes shapes or st
 sweepable (e.g. `max_steps_in_episode`, GoalGrid's `slip_prob`). Impossible values raise
 ValueError naming the field; `overrides_of(name)` lists what an id accepts.
 
+Token environments (`credit_jax/envs/tokens.py`: the vocabulary, the stream and the
+grammar of tool calls): `ToolArith-v0` (a chain of calculator calls) and `ToolLookup-v0`
+(chained lookups in a hidden table); observations are `[2]` int32 tokens, not floats.
+
 Wrappers (`credit_jax/envs/wrappers.py`): `HistoryWrapper(env, W)` turns observations
 into a window of the last W; `DesiredGoalWrapper(env)` adds the episode's goal to a goal
 environment's `info` for hindsight relabeling.
@@ -30,6 +34,8 @@ from credit_jax.envs.keychain import KeyChain
 from credit_jax.envs.keytodoor import KeyToDoor
 from credit_jax.envs.runningsum import RunningSum
 from credit_jax.envs.textedit import TextEdit
+from credit_jax.envs.tool_arith import ToolArith
+from credit_jax.envs.tool_lookup import ToolLookup
 from credit_jax.envs.wrappers import DesiredGoalWrapper, HistoryState, HistoryWrapper
 
 _REGISTRY: Dict[str, type] = {
@@ -39,6 +45,8 @@ _REGISTRY: Dict[str, type] = {
     "TextEdit-v0": TextEdit,
     "RunningSum-v0": RunningSum,
     "KeyToDoor-v0": KeyToDoor,
+    "ToolArith-v0": ToolArith,
+    "ToolLookup-v0": ToolLookup,
 }
 
 
@@ -69,7 +77,7 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 
   Args:
     name: a credit_jax id (`KeyChain-v0`, `BitFlip-v0`, `GoalGrid-v0`, `TextEdit-v0`,
-      `KeyToDoor-v0`)
+      `KeyToDoor-v0`, the token tool-use envs `ToolArith-v0` and `ToolLookup-v0`)
       or any gymnax id (`CartPole-v1`, ...).
     **overrides: constructor options and/or params fields (see `overrides_of`).
   Raises:
@@ -102,5 +110,5 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 __all__ = [
     "BitFlip", "CreditEnv", "DesiredGoalWrapper", "GoalEnvMixin", "GoalGrid",
     "HistoryState", "HistoryWrapper", "KeyChain", "KeyToDoor", "RunningSum", "TextEdit",
-    "make", "overrides_of", "registered_envs",
+    "ToolArith", "ToolLookup", "make", "overrides_of", "registered_envs",
 ]
