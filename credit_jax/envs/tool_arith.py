@@ -15,7 +15,9 @@ later step: it always gives a wrong answer.
 Ground truth (see `tokens.py`): a call is correct when its arguments are the true ones of
 some step i (`(v_{i-1}, op_i, a_i)`), and needed when i is a step the answer still needed
 (the first call of step i after the progress so far). Held-out split (`params.split`):
-tasks with an even `x0` are the training half (1), odd `x0` the held-out half (2).
+the training half (1) are the tasks whose `x0 + sum_i a_i + sum_i op_i` (ops coded 0, 1,
+2) is even, the held-out half (2) those where it is odd; every single prompt token is
+distributed alike in both halves, so a model cannot tell them apart by one position.
 
 What makes it easy: every operand is visible in the prompt and every intermediate in the
 previous tool output, so the oracle is a copying policy (no arithmetic); with D = 1 a
@@ -66,12 +68,15 @@ class ToolArith(tokens.ToolEnv):
     k, m = self.num_turns, self.modulus
     words = jax.random.bits(key, (1 + 2 * k,), jnp.uint32)
     x0 = (words[0] % m).astype(jnp.int32)
-    x0 = jnp.where(split == 0, x0, (x0 & ~1) | (split == 2).astype(jnp.int32))
     ops = (words[1:1 + k] % 3).astype(jnp.int32)
     w = words[1 + k:]
     units = (w % (4 * m // 10)).astype(jnp.int32)
     unit = 10 * (units // 4) + jnp.asarray(_UNIT_DIGITS)[units % 4]
     operands = jnp.where(ops == 2, unit, (w % m).astype(jnp.int32))
+    # Split: the parity of x0 + sum(operands) + sum(ops); x0's low bit sets it, so x0
+    # stays uniform in either half and no single prompt token tells the halves apart.
+    odd = (x0 + jnp.sum(operands) + jnp.sum(ops)) % 2
+    x0 = jnp.where((split != 0) & (odd != (split == 2)), x0 ^ 1, x0)
 
     def chain_step(v, op_a):
       op, a = op_a

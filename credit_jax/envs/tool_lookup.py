@@ -22,9 +22,9 @@ Keys are a keyed pseudo-random bijection of their indices (three rounds of multi
 and xor-shift on 4L bits, not a cryptographic one), so the chain has no visible pattern:
 only the tool knows the next key. Ground truth: a lookup of `c_i` (i < k) is correct, and
 needed the first time (i >= the progress so far). Held-out split (`params.split`): the
-first symbol of `c_0` is below 8 in the training half (1) and 8 or more in the held-out
-half (2) (all keys are xor-ed with 8 in their first symbol when needed, which keeps them
-distinct).
+sum of `c_0`'s symbols is even in the training half (1) and odd in the held-out half (2)
+(every key's last symbol is xor-ed with 1 when needed, which keeps them distinct); each
+single symbol of the prompt is distributed alike in both halves.
 
 What makes it easy: the number of hops is in the prompt, every key to copy is the
 previous output, and nothing but the copy and the count matters.
@@ -86,11 +86,11 @@ class ToolLookup(tokens.ToolEnv):
     for r in range(_ROUNDS):
       x = (x * (words[2 * r] | 1) + words[2 * r + 1]) & mask
       x = x ^ (x >> max(bits // 2, 1))
-    # Split: the first symbol's high bit of c_0, set by xor-ing every key alike.
-    high = jnp.uint32(8 << (4 * (n_len - 1)))
-    flip = (split != 0) & (((x[0] & high) != 0) != (split == 2))
-    x = jnp.where(flip, x ^ high, x)
     codes = self._symbols(x)                                       # [n_fresh, L]
+    # Split: the parity of c_0's symbol sum, set by xor-ing every key's low bit alike
+    # (a bijection still, so the keys stay distinct).
+    flip = (split != 0) & ((jnp.sum(codes[0]) % 2 == 1) != (split == 2))
+    codes = jnp.where(flip, codes ^ jnp.eye(1, n_len, n_len - 1, dtype=jnp.int32), codes)
     chain = codes[:k + 2]
     dw = words[2 * _ROUNDS:].reshape(2, k * d)
     base_keys = jnp.repeat(chain[:k], d, axis=0)                   # [k d, L]
