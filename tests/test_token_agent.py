@@ -171,7 +171,7 @@ def test_turn_shaping_by_hand():
 def _tiny(**over):
   c = token_agent.default_config()
   c.env_kwargs.num_turns = 1
-  c.network.d_model = 16
+  c.network.d_model, c.network.num_layers = 16, 1
   c.num_tasks, c.group_size, c.num_minibatches = 2, 4, 1
   c.sft_steps, c.sft_batch = 0, 4
   for k, v in over.items():
