@@ -4,7 +4,7 @@
 
 Variants: "small" (the default, `critique.default_config()`: 5 seeds, a few minutes on a
 2-core CPU), "smoke" (tiny, what the tests run), "gpu" (more seeds and episodes). Every
-field is documented in credit_jax/experiments/critique.py.
+field is documented in credit_jax/experiments/critique/study.py.
 """
 from credit_jax.experiments import critique
 

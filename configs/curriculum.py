@@ -8,7 +8,7 @@ to 1000, 25 updates; (c) manager/worker vs flat GRPO / PPO on GoalGrid 12x12, T 
 30 updates), "smoke" (seconds of training, what the tests run), "full" (more updates,
 T = 200 with cue delays up to 190; GPU-sized). The default variant is
 `curriculum.default_config()`; every field is documented in
-credit_jax/experiments/curriculum.py.
+credit_jax/experiments/curriculum/study.py.
 """
 from credit_jax.experiments import curriculum
 

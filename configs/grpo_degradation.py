@@ -8,7 +8,7 @@ Variants: "small" (the default, `grpo_degradation.default_config()`: 11 difficul
 KeyChain k = 5; a few minutes on a 2-core CPU), "smoke" (three
 points, no pool or training run unless `--config.parts=pt`, a few seconds: what the
 tests run), "gpu" (more groups per point, for tighter
-error bars). Every field is documented in credit_jax/experiments/grpo_degradation.py.
+error bars). Every field is documented in credit_jax/experiments/grpo_degradation/study.py.
 """
 from credit_jax.experiments import grpo_degradation
 

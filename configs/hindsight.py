@@ -9,7 +9,7 @@ every cell a goal and TextEdit with every buffer a goal; 8 seeds per arm after a
 sweep per arm; part b alone (`--config.parts=b`) about 15 minutes on a 2-core CPU),
 "small" (a smoke run in about two minutes on a 2-core CPU), "full" (BitFlip up to n = 50, and the default two-edit
 TextEdit task). `--config.parts=a` or `=b` runs one part. Every field is documented in
-credit_jax/experiments/hindsight.py. The arms' recipes alone, for scripts/train.py:
+credit_jax/experiments/hindsight/study.py. The arms' recipes alone, for scripts/train.py:
 configs/dqn_bitflip.py (BitFlip n = 15 DQN+HER) and configs/grpo_hindsight_goalgrid.py
 (GRPO+relabeling on GoalGrid).
 """

@@ -1,4 +1,4 @@
-"""The remedies on the horizon axis (credit_jax/experiments/horizon_remedies.py):
+"""The remedies on the horizon axis (credit_jax/experiments/horizon/remedies.py):
 hindsight relabeling, search-then-train and the horizon curriculum, each against GRPO
 at equal env steps and at equal updates, as T grows.
 
@@ -11,11 +11,11 @@ Variants:
       curriculum on KeyChain (k = 3, A = 4) at T = 100.
   "t1000": every part at T = 1000 (GoalGrid 333x333; KeyChain k = 3), 5 seeds, 40
       updates for the KeyChain parts (about an hour on 2 loaded cores; see
-      docs/horizon_study.md).
+      docs/results/horizon.md).
   "smoke": seconds; what the tests run.
-Every field is documented in credit_jax/experiments/horizon_remedies.py's default_config().
+Every field is documented in credit_jax/experiments/horizon/remedies.py's default_config().
 """
-from credit_jax.experiments import horizon_remedies
+from credit_jax.experiments.horizon import remedies as horizon_remedies
 
 
 def get_config(arg=None):

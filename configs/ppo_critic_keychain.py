@@ -11,7 +11,7 @@ observation plus KeyChain's oracle feature ("oracle": whether every pivotal step
 was right, and the fraction left), or the actor-critic's own value head ("obs", the
 observation-only critic). Every `gae_gradient_every` updates the metrics `gae_grad_*`
 report the bias, cosine and variance of the GAE policy gradient under the current critic
-against the exact gradient (credit_jax/gae_gradient.py).
+against the exact gradient (credit_jax/addons/gae_probe.py).
 
 Variants: none (T=50, k=3, A=4: random success 1/64; GRU critic), "oracle", "obs",
 "small" (T=8, k=2, A=4, GRU critic, 70 updates: the setting of the CI learning test,

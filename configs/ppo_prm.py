@@ -1,12 +1,12 @@
-"""PPO with process-reward shaping on RunningSum-v0 (issue 19): the PPO side of the PRM hook.
+"""PPO with process-reward shaping on RunningSum-v0: the PPO side of the PRM hook.
 
   python3 scripts/train.py --config=configs/ppo_prm.py --workdir=/tmp/ppo_prm
   python3 scripts/train.py --config=configs/ppo_prm.py:small --workdir=/tmp/ppo_prm_s
 
-The config is part E of the PRM experiment (`credit_jax/experiments/prm.py`,
+The config is part E of the PRM experiment (`credit_jax/experiments/prm/study.py`,
 `ppo_config()`; `configs/prm.py:ppo` runs it against outcome-only PPO over seeds).
 PPO's reward becomes `prm.outcome_weight * r_t + prm.weight * PRM term` per step
-(`credit_jax/prm.py`, `make_step_shaper`): form "step" (default here) adds
+(`credit_jax/addons/prm.py`, `make_step_shaper`): form "step" (default here) adds
 `w * (p_t - p_{t-1})`, a potential-based difference that never pays for padding; "sum"
 adds `w * p_t` (pays for padding). The PRM is trained on demonstrator steps with truth
 labels and retrained every `prm.retrain_every` updates on the policy's own steps (truth

@@ -9,12 +9,12 @@ x 2 episodes, 16 simulations: seconds on a 2-core CPU; what the recipe's tests r
 Every field and its meaning: `credit_jax/algos/search_then_train.py`'s
 `default_config()`.
 """
-from credit_jax.algos import common, search_then_train
+from credit_jax.algos import train as train_lib, search_then_train
 
 
 def config(horizon: int = 10, num_pivotal: int = 6):
   """The recipe on KeyChain with episode length `horizon` and `num_pivotal` pivotal steps."""
-  c = common.keychain_env(search_then_train.default_config(), horizon, num_pivotal)
+  c = train_lib.keychain_env(search_then_train.default_config(), horizon, num_pivotal)
   c.seeds = 4                     # seeds vmapped in one compiled call
   return c
 

@@ -5,7 +5,7 @@
 
 Variants: none (k = 1, 2, 4, 8, 16, 5 seeds, warm start then 100 GRPO updates; GRPO vs
 PPO at k = 4 at equal tokens; docs/results/token_agent.md), "small" (a check that runs
-in a few minutes on a 2-core CPU). Fields: `credit_jax/experiments/token_study.py`.
+in a few minutes on a 2-core CPU). Fields: `credit_jax/experiments/token_study/study.py`.
 """
 from credit_jax.experiments import token_study
 
@@ -13,7 +13,6 @@ from credit_jax.experiments import token_study
 def get_config(arg=None):
   """Returns the config; `arg` picks a variant (None or "small")."""
   c = token_study.default_config()
-  c.recipe.num_updates = 100
   if arg == "small":
     c.turns = (1, 2)
     c.compare_turns = (1,)

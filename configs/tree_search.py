@@ -12,7 +12,7 @@ Variants: "small" (the default, `tree_search.default_config()`: two priors at k 
 about 4 minutes on a 2-core CPU), "full" (the README's figures: six points at k = 4, 7,
 10, about 10 minutes), "smoke" (seconds: what the tests run), "gpu" (the full points with
 more simulations and seeds).
-Every field is documented in credit_jax/experiments/tree_search.py.
+Every field is documented in credit_jax/experiments/tree_search/study.py.
 """
 from credit_jax.experiments import tree_search
 

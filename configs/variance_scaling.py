@@ -8,7 +8,7 @@ Variants: "small" (the default, `variance_scaling.default_config()`: T up to 300
 minutes on a 2-core CPU), "smoke" (two short horizons, seconds: what the tests run),
 "gpu" (T up to 10^5, seeds mapped in chunks of 8 to bound memory; not run yet: no
 accelerator was available). Every field is documented in
-credit_jax/experiments/variance_scaling.py.
+credit_jax/experiments/variance_scaling/study.py.
 """
 from credit_jax.experiments import variance_scaling
 

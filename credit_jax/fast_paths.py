@@ -21,8 +21,8 @@ on a 2-core CPU (BENCHMARKS.md) are used:
   numbers differ from the run with the switch off (its statistics are tested in
   tests/test_algos.py).
 
-The GRU of `credit_jax/sequence_networks.py` has fast paths of its own, equal up to float
-rounding: written-out tanh/sigmoid and a hand-written backward (`credit_jax/gru.py`), and
+The GRU of `credit_jax/nets/sequence.py` has fast paths of its own, equal up to float
+rounding: written-out tanh/sigmoid and a hand-written backward (`credit_jax/nets/gru.py`), and
 GRU PPO's GAE reading the values its rollout computed instead of replaying the window
 (`credit_jax/algos/ppo_sequence.py`).
 

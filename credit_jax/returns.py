@@ -53,7 +53,7 @@ ArrayLike = Any
 
 METHODS = ("scan", "associative", "auto")
 
-# Choice of method="auto" (measured with scripts/bench_gae.py; figures in BENCHMARKS.md).
+# Choice of method="auto" (measured with benchmarks/bench_gae.py; figures in BENCHMARKS.md).
 # CPU (2-core Xeon dev machine, jax 0.10.2, 2026-11-30): the in-place reverse scan beat
 #   the associative scan at every shape measured, by 2.6x at (T, B) = (128, 256), 6.8x
 #   at (1000, 256) and 12x at (5000, 256), and rlax's vmapped scan by 1.24-1.27x;

@@ -13,7 +13,7 @@ simulations on one core and 6.6 / 26.6 ms (12.5 / 51.6 ms of CPU time) on both.
   cpu_affinity.restrict_to_cores(1)
 
 Linux only (`os.sched_setaffinity`); elsewhere it warns and leaves the process alone.
-Used by scripts/bench_search.py and scripts/bench_ppo.py.
+Used by benchmarks/bench_search.py and benchmarks/bench_ppo.py.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ Every process runs the same command (same config, same --workdir on a shared fil
 system). On CPUs the processes talk through gloo (`jax_cpu_collectives_implementation`),
 set here before the runtime starts.
 
-The XLA options of credit_jax/launch.py for multi-seed runs are set here too, before jax
+The XLA options of credit_jax/runtime/launch.py for multi-seed runs are set here too, before jax
 starts: a multi-process run always splits several seeds, and the re-execution by which
 `launch.configure_process` otherwise applies late options would tear down the
 processes' connection. launch.py is loaded from its file, because importing the
@@ -74,9 +74,9 @@ def parse_argv(argv: Sequence[str]) -> Optional[dict]:
 
 
 def _launch_module():
-  """credit_jax/launch.py, loaded without importing the credit_jax package."""
+  """credit_jax/runtime/launch.py, loaded without importing the credit_jax package."""
   package = importlib.util.find_spec("credit_jax")
-  path = os.path.join(package.submodule_search_locations[0], "launch.py")
+  path = os.path.join(package.submodule_search_locations[0], "runtime", "launch.py")
   spec = importlib.util.spec_from_file_location("_credit_jax_launch_standalone", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)

@@ -4,7 +4,7 @@
       --workdir=/tmp/grpo_degradation
 
 Writes metrics.jsonl, degenerate_fraction.png, summary.json and summary.md into
---workdir. All logic lives in credit_jax/experiments/grpo_degradation.py.
+--workdir. All logic lives in credit_jax/experiments/grpo_degradation/study.py.
 """
 from credit_jax.experiments import cli, grpo_degradation
 

@@ -6,7 +6,7 @@
       --config.parts=b
 
 Writes bitflip.png, grpo_<env>.png, summary.json and summary.md into --workdir. All
-logic lives in credit_jax/experiments/hindsight.py.
+logic lives in credit_jax/experiments/hindsight/study.py.
 """
 from credit_jax.experiments import cli, hindsight
 

@@ -5,9 +5,10 @@ curriculum against GRPO at equal env steps and equal updates, as T grows.
 
 Writes summary.json, summary.md, relabel.png, search.png and curriculum.png into
 --workdir; a rerun of the same command skips finished (part, T) cells. All logic lives
-in credit_jax/experiments/horizon_remedies.py.
+in credit_jax/experiments/horizon/remedies.py.
 """
-from credit_jax.experiments import cli, horizon_remedies
+from credit_jax.experiments import cli
+from credit_jax.experiments.horizon import remedies as horizon_remedies
 
 if __name__ == "__main__":
   cli.main(horizon_remedies)

@@ -4,10 +4,9 @@
 
 Writes results.csv, results.md, summary.json, summary.md, success_vs_steps.png and
 steps_to_level.png into --workdir; a rerun of the same command skips finished cells. All
-logic lives in credit_jax/experiments/horizon.py (exported under this script's name by
-credit_jax/experiments/horizon_study.py).
+logic lives in credit_jax/experiments/horizon/.
 """
-from credit_jax.experiments import cli, horizon_study
+from credit_jax.experiments import cli, horizon
 
 if __name__ == "__main__":
-  cli.main(horizon_study)
+  cli.main(horizon)

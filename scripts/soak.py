@@ -26,7 +26,7 @@ calls) is built in: `... -- scripts/soak.py grpo_cell --reps=10 --updates=30`.
 `{workdir}` in the program's arguments becomes a fresh directory per run. A program
 path ending in `.py` runs under this Python. Every setting names both flags explicitly
 (also the defaults), so that entry points that add flags only when XLA_FLAGS does not
-name them already (credit_jax/launch.py) leave it alone.
+name them already (credit_jax/runtime/launch.py) leave it alone.
 CPU time is read from /proc/<pid>/stat of the process and its threads (Linux); without
 /proc only `--timeout` detects hangs.
 """
@@ -150,8 +150,8 @@ def grpo_cell_loop(env: str, reps: int, updates: int, seeds: int) -> None:
   import importlib.util  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from credit_jax import algos  # pylint: disable=g-import-not-at-top
-  from credit_jax.algos import grpo_hindsight  # pylint: disable=g-import-not-at-top
+  from credit_jax import algos
+  from credit_jax.algos import grpo_hindsight
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   spec = importlib.util.spec_from_file_location(
       "hindsight_config", os.path.join(root, "configs", "hindsight.py"))

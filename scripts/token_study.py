@@ -4,7 +4,7 @@
 
 Writes results.jsonl, summary.json, summary.md and success_vs_turns.png into --workdir;
 a rerun of the same command skips finished cells. All logic lives in
-credit_jax/experiments/token_study.py.
+credit_jax/experiments/token_study/study.py.
 """
 from credit_jax.experiments import cli, token_study
 

@@ -14,7 +14,7 @@ split over them (on a CPU: `JAX_NUM_CPU_DEVICES=2 python3 scripts/train.py ...
 --config.seeds=8`). Over several processes or hosts, run the same command in each with
 `--distributed` (SLURM, Open MPI, Cloud TPU) or `--coordinator_address=HOST:PORT
 --num_processes=N --process_id=I` and a --workdir they share; process 0 writes the
-metrics, plots and summary. All logic lives in credit_jax/run.py.
+metrics, plots and summary. All logic lives in credit_jax/runtime/run.py.
 
 Exit codes: 0 done; 2 bad config or command line, or the workdir is in use by another run;
 3 non-finite loss, or no checkpoint restores; 4 the watchdog found the run hung;
@@ -33,7 +33,8 @@ distributed.initialize_or_exit(sys.argv)
 from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,g-bad-import-order
 from ml_collections import config_flags
 
-from credit_jax import checkpoint, fast_paths, launch, run, watchdog, workdir
+from credit_jax.runtime import checkpoint, launch, run, watchdog, workdir
+from credit_jax import fast_paths
 from credit_jax.algos import ConfigError
 
 _CONFIG = config_flags.DEFINE_config_file(

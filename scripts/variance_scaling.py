@@ -5,7 +5,7 @@
 
 Writes metrics.jsonl, variance_vs_horizon.png, snr_vs_horizon.png,
 credit_accuracy_vs_horizon.png, summary.json and summary.md into --workdir. All logic
-lives in credit_jax/experiments/variance_scaling.py.
+lives in credit_jax/experiments/variance_scaling/study.py.
 """
 from credit_jax.experiments import cli, variance_scaling
 

@@ -1,4 +1,4 @@
-"""Loading `configs/<name>.py` and `scripts/<name>.py` in tests: neither folder is a
+"""Loading `configs/<name>.py`, `scripts/<name>.py` and `benchmarks/<name>.py` in tests: no folder is a
 package, so each file is loaded by path (as scripts/*.py's `--config=` flag does)."""
 import importlib.util
 import os
@@ -6,6 +6,7 @@ import os
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 CONFIG_DIR = os.path.join(ROOT, "configs")
 SCRIPT_DIR = os.path.join(ROOT, "scripts")
+BENCH_DIR = os.path.join(ROOT, "benchmarks")
 
 
 def load_file(path: str, module_name: str):
@@ -19,6 +20,11 @@ def load_file(path: str, module_name: str):
 def load_script(name: str):
   """`scripts/<name>.py` as a module (its `main` is not run)."""
   return load_file(os.path.join(SCRIPT_DIR, name + ".py"), f"scripts_{name}")
+
+
+def load_benchmark(name: str):
+  """`benchmarks/<name>.py` as a module (its `main` is not run)."""
+  return load_file(os.path.join(BENCH_DIR, name + ".py"), f"benchmarks_{name}")
 
 
 def load_config_module(name: str):

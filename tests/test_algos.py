@@ -8,9 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import algos, checkpoint, envs, metrics, rollout
-from credit_jax import run as runner
-from credit_jax.algos import common, episodes, grpo, losses, ppo, reinforce
+from credit_jax import algos, envs, rollout
+from credit_jax.runtime import checkpoint, metrics
+from credit_jax.runtime import run as runner
+from credit_jax.algos import train as train_lib, grpo, losses, ppo, reinforce
+from credit_jax import episodes
 from credit_jax.types import Trajectory
 from config_files import load_config
 
@@ -181,7 +183,7 @@ def test_optimizers_match_optax(kind, extra):
   c = load_config("grpo_keychain")
   c.optimizer = kind
   c.update(extra)
-  opt = common.make_optimizer(c)
+  opt = train_lib.make_optimizer(c)
   params = {"w": jnp.array([1.0, -2.0, 3.0])}
   grads = [{"w": jnp.array([0.5, 0.1, -0.3])}, {"w": jnp.array([-0.2, 0.4, 0.1])}]
   lr = 0.1
@@ -204,7 +206,7 @@ def test_optimizers_match_optax(kind, extra):
 
 @pytest.mark.parametrize("size", [1, 2, 7, 300, 512, 1025])
 def test_shuffle_indices_is_a_permutation(size):
-  perms = jax.jit(jax.vmap(lambda k: common.shuffle_indices(k, size)))(
+  perms = jax.jit(jax.vmap(lambda k: train_lib.shuffle_indices(k, size)))(
       jax.random.split(jax.random.PRNGKey(0), 8))
   assert perms.dtype == jnp.int32 and perms.shape == (8, size)
   np.testing.assert_array_equal(np.sort(np.asarray(perms), axis=1),
@@ -217,7 +219,7 @@ def test_shuffle_indices_is_a_permutation(size):
 @pytest.mark.parametrize("n", [16, 300, 512])
 def test_shuffle_indices_is_uniform_enough_for_minibatches(n):
   draws = 4000
-  perms = np.asarray(jax.jit(jax.vmap(lambda k: common.shuffle_indices(k, n)))(
+  perms = np.asarray(jax.jit(jax.vmap(lambda k: train_lib.shuffle_indices(k, n)))(
       jax.random.split(jax.random.PRNGKey(1), draws)))
   # Every item lands in every position ~draws / n times: the counts' chi-square per
   # degree of freedom is ~1 (sd sqrt(2 / dof): 0.09 at n = 16, < 0.005 at n = 300)...

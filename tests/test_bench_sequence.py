@@ -1,15 +1,15 @@
-"""scripts/bench_sequence.py's row configs and its multiply-add count (kernel weights),
+"""benchmarks/bench_sequence.py's row configs and its multiply-add count (kernel weights),
 checked against the networks' shapes by hand. No program is compiled or timed here."""
 import jax
 import pytest
 
 from credit_jax import algos
-from config_files import load_script
+from config_files import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-  return load_script("bench_sequence")
+  return load_benchmark("bench_sequence")
 
 
 def _params(config):

@@ -1,4 +1,4 @@
-"""Tests for credit_jax.checkpoint: round trips, retention, the config beside it, and
+"""Tests for credit_jax.runtime.checkpoint: round trips, retention, the config beside it, and
 resuming past a damaged checkpoint."""
 import json
 import os
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax.checkpoint import CONFIG_FILE, CheckpointError, Checkpointer
+from credit_jax.runtime.checkpoint import CONFIG_FILE, CheckpointError, Checkpointer
 
 
 def _state(offset):

@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 from credit_jax import algos
-from credit_jax import metrics as metrics_lib
-from credit_jax import run as runner
-from credit_jax.algos import common, episodes
+from credit_jax.runtime import metrics as metrics_lib
+from credit_jax.runtime import run as runner
+from credit_jax.algos import train as train_lib
+from credit_jax import episodes
 
 NAMES = sorted(algos.RECIPES)
 
@@ -126,7 +127,7 @@ def test_recipe_exports_the_contract(name):
   # Complete and runnable: it validates both ways, and holds every shared field.
   module.validate_config(c)
   algos.validate_config(c)
-  missing = set(_leaves(common.base_config())) - set(_leaves(c)) - {"env_kwargs"}
+  missing = set(_leaves(train_lib.base_config())) - set(_leaves(c)) - {"env_kwargs"}
   assert not missing, f"default_config lacks shared fields {sorted(missing)}"
 
 
@@ -155,13 +156,13 @@ def test_validate_config_names_the_bad_field(name):
                     ("network.hidden_sizes", ()), ("algo", "other")):
     c = module.default_config()
     _set(c, path, bad)
-    with pytest.raises(common.ConfigError, match=rf"^config\.{path}: "):
+    with pytest.raises(train_lib.ConfigError, match=rf"^config\.{path}: "):
       module.validate_config(c)
-    with pytest.raises(common.ConfigError, match=rf"^config\.{path}: "):
+    with pytest.raises(train_lib.ConfigError, match=rf"^config\.{path}: "):
       module.make_train(c)
   c = module.default_config()
   c.algo = "nope"
-  with pytest.raises(common.ConfigError, match="unknown recipe 'nope'"):
+  with pytest.raises(train_lib.ConfigError, match="unknown recipe 'nope'"):
     algos.validate_config(c)
 
 
@@ -190,7 +191,7 @@ def compile_once(monkeypatch):
 def test_runs_reports_the_contract_metrics_and_resumes(name, tmp_path, compile_once):
   c = tiny_config(name)
   train = algos.RECIPES[name].make_train(c)
-  assert isinstance(train, common.Train) and train.num_updates == 3
+  assert isinstance(train, train_lib.Train) and train.num_updates == 3
   assert set(train.default_hparams) and train.headline
 
   # Killed after its 3rd chunk was computed and logged but before its checkpoint: the

@@ -1,11 +1,12 @@
-"""Tests for credit_jax/critique.py: critics against hand-made ground truth, and the retry
+"""Tests for credit_jax/addons/critique.py: critics against hand-made ground truth, and the retry
 wrapper's attempt accounting, state restores and critique channel."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import critique, envs, rollout
+from credit_jax.addons import critique
+from credit_jax import envs, rollout
 
 
 def _keychain(horizon=6, k=2, a=4, cue_delay=0):
@@ -235,15 +236,15 @@ def test_reinforce_learns_to_follow_oracle_critiques_on_retry_episodes():
 
 
 def test_recipes_refuse_a_rollout_shorter_than_a_retry_episode():
-  from credit_jax.algos import common, grpo, reinforce
+  from credit_jax.algos import train as train_lib, grpo, reinforce
   for recipe in (reinforce, grpo):
     c = recipe.default_config()
     c.env_kwargs.update(horizon=6, num_pivotal=2)
     c.retry_attempts, c.retry_critic, c.horizon = 3, "oracle", 6
-    with pytest.raises(common.ConfigError, match=r"config\.horizon: 6 .* up to 18 steps"):
+    with pytest.raises(train_lib.ConfigError, match=r"config\.horizon: 6 .* up to 18 steps"):
       recipe.validate_config(c)
     c.history_window = 2          # the check looks through the history wrapper
-    with pytest.raises(common.ConfigError, match="set horizon >= 18"):
+    with pytest.raises(train_lib.ConfigError, match="set horizon >= 18"):
       recipe.validate_config(c)
     c.horizon = 18
     recipe.validate_config(c)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import curriculum as cur
+from credit_jax.addons import curriculum as cur
 from credit_jax import envs
 from credit_jax.algos import ConfigError, grpo
 from config_files import load_config
@@ -183,7 +183,7 @@ def test_steps_to_level_success_at_and_ci95():
 
 
 def test_censoring_welch_mean_success_and_verdicts_by_hand():
-  from credit_jax.experiments import curriculum_analysis as ca
+  from credit_jax.experiments.curriculum import analysis as ca
   direct = {"env_steps": np.array([[100., 100.], [200., 200.]]),
             "success": np.array([[0.0, 0.0], [0.5, 0.95]]), "compiles": 1}
   gated = {"env_steps": np.array([[10., 20.], [50., 60.]]),
@@ -231,7 +231,8 @@ def test_curriculum_experiment_smoke(tmp_path, monkeypatch):
   resummarize, run in two compiles."""
   import json
   from credit_jax.experiments import curriculum as exp
-  from credit_jax.experiments import curriculum_hierarchy as ch
+  from credit_jax.experiments.curriculum import hierarchy as ch
+  from credit_jax.experiments.curriculum import study
   from credit_jax.experiments import report
   from credit_jax.algos import ppo
   config = load_config("curriculum", "smoke")
@@ -257,7 +258,7 @@ def test_curriculum_experiment_smoke(tmp_path, monkeypatch):
     curve = _synthetic_curves(cfg.c.num_updates, cfg.c.horizon, ("x",), cfg)["x"]
     return {k: curve[k] for k in ("env_steps", "success", "compiles")}
 
-  monkeypatch.setattr(exp, "train_curves", train_curves)
+  monkeypatch.setattr(study, "train_curves", train_curves)   # where run() looks it up
   monkeypatch.setattr(ch, "train_method", train_method)
   summary = exp.run(config, str(tmp_path), log=[].append)
   assert set(summary["parts"]) == {"a", "b1", "b2", "c"}
@@ -302,7 +303,7 @@ def test_curriculum_experiment_smoke(tmp_path, monkeypatch):
 
 
 def test_hierarchy_diagnostics_by_hand():
-  from credit_jax.experiments import curriculum_hierarchy as ch
+  from credit_jax.experiments.curriculum import hierarchy as ch
   assert ch.mean_shortest_path(2) == pytest.approx(4.0 / 3.0)   # 1, 1, 2 from each corner
   assert ch.mean_shortest_path(3) == pytest.approx(18.0 / 8.0)  # 1,2,1,2,3,2,3,4 to (0, 0)
   assert ch.parse_setting("GoalGrid 12x12 T=120 K=12") == (12, 12)
@@ -319,7 +320,7 @@ def test_hierarchy_diagnostics_by_hand():
 
 def test_hierarchy_at_another_segment_length_is_configured():
   from credit_jax.experiments import curriculum as exp
-  from credit_jax.experiments import curriculum_hierarchy as ch
+  from credit_jax.experiments.curriculum import hierarchy as ch
   config = exp.default_config()
   cfg = ch.method_config(config, "hierarchy K=4")
   assert (cfg.segment_length, cfg.horizon, cfg.algo) == (4, 120, "hierarchy")
@@ -330,7 +331,7 @@ def test_hierarchy_at_another_segment_length_is_configured():
 
 
 def test_ppo_blocks_weight_by_episodes():
-  from credit_jax.experiments import curriculum_hierarchy as ch
+  from credit_jax.experiments.curriculum import hierarchy as ch
   m = {"success": np.array([[1.0, 1.0, 0.0, 0.5, 0.5, 0.5]]),
        "episodes": np.array([[1.0, 0.0, 3.0, 2.0, 2.0, 0.0]])}
   out = ch.ppo_blocks(m, 10, 30)                   # blocks of 3 updates

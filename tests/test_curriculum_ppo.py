@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import curriculum as cur
+from credit_jax.addons import curriculum as cur
 from credit_jax.algos import ConfigError, grpo, grpo_hindsight, ppo, search_then_train
 
 

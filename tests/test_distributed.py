@@ -14,7 +14,7 @@ REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 import distributed  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from credit_jax import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+from credit_jax.runtime import metrics
 
 # REINFORCE on a 6-step KeyChain, 4 seeds, 4 updates, a checkpoint after each.
 TINY = ("--config=configs/reinforce_keychain.py:small", "--config.seeds=4",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from credit_jax import algos
-from credit_jax.algos import common, dqn
+from credit_jax.algos import train as train_lib, dqn
 from config_files import load_config_module
 
 
@@ -32,9 +32,9 @@ def test_bad_config_fields_are_named(field, value, match):
 
 def test_epsilon_greedy_log_probs_match_the_distribution():
   c = _config(num_bits=3)
-  env, params = common.make_env(c)
-  network, obs_shape = common.make_network(c, env, params, value_head=False)
-  net_params = common.init_params(network, jax.random.PRNGKey(0), obs_shape)
+  env, params = train_lib.make_env(c)
+  network, obs_shape = train_lib.make_network(c, env, params, value_head=False)
+  net_params = train_lib.init_params(network, jax.random.PRNGKey(0), obs_shape)
   policy = dqn.epsilon_greedy_policy(network)
   obs = jnp.ones(obs_shape)
   greedy = int(jnp.argmax(network.apply(net_params, obs)[0]))

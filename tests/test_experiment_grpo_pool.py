@@ -8,7 +8,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from credit_jax.experiments import grpo_degradation, grpo_pool, report
+from credit_jax.experiments import grpo_degradation, report
+from credit_jax.experiments.grpo_degradation import pool as grpo_pool
 
 from test_experiments import check_png, load_config
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from credit_jax import diagnostics as dg
-from credit_jax import metrics
+from credit_jax.runtime import metrics
 from credit_jax.experiments import report, variance_scaling
 
 from test_experiments import check_png, load_config

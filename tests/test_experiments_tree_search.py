@@ -9,7 +9,7 @@ import pytest
 
 from credit_jax.algos import ConfigError
 from credit_jax.experiments import report, tree_search
-from credit_jax.experiments import search_vs_baselines as svb
+from credit_jax.experiments.tree_search import vs_baselines as svb
 
 from test_experiments import check_png, load_config
 

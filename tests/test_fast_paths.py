@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import fast_paths, networks, threefry_cpu
-from credit_jax.algos import common
+from credit_jax import fast_paths, nets, threefry_cpu
+from credit_jax.algos import train as train_lib
 
 
 def test_off_by_default_and_use_restores():
@@ -37,7 +37,7 @@ def _values_and_grads(module, params, x):
 
 
 @pytest.mark.parametrize("cls,in_features,features", [
-    (networks.RowDense, 1, 5), (networks.RowDense, 8, 3), (networks.ColumnDense, 16, 2)])
+    (nets.RowDense, 1, 5), (nets.RowDense, 8, 3), (nets.ColumnDense, 16, 2)])
 @pytest.mark.parametrize("transform", ["jit", "vmap"])
 def test_fast_dense_equals_dense_values_and_gradients(cls, in_features, features,
                                                        transform):
@@ -63,7 +63,7 @@ def _uses_fast_layers(net, params, obs):
 
 @pytest.mark.parametrize("num_actions,obs_dim", [(2, 4), (3, 12), (9, 4)])
 def test_actor_critic_on_and_off_agree(num_actions, obs_dim):
-  net = networks.ActorCritic(num_actions=num_actions, hidden_sizes=(16, 16))
+  net = nets.ActorCritic(num_actions=num_actions, hidden_sizes=(16, 16))
   obs = jax.random.normal(jax.random.PRNGKey(2), (6, obs_dim))
   params = net.init(jax.random.PRNGKey(0), obs[0])
   with fast_paths.use(True):
@@ -83,7 +83,7 @@ def test_actor_critic_on_and_off_agree(num_actions, obs_dim):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-_OPT = common.Optimizer(kind="adam", eps=1e-8)
+_OPT = train_lib.Optimizer(kind="adam", eps=1e-8)
 
 
 def _reference_epochs(shuffle, params, opt_state, data, key, epochs, minibatches):
@@ -115,17 +115,17 @@ def test_minibatch_epochs_shuffles_with_the_switched_shuffle(fast):
   opt_state = _OPT.init(params, jnp.float32(1e9))
   key = jax.random.PRNGKey(4)
   with fast_paths.use(fast):
-    run = jax.jit(lambda p, o, d, k: common.minibatch_epochs(
+    run = jax.jit(lambda p, o, d, k: train_lib.minibatch_epochs(
         _loss, p, o, d, k, num_epochs=3, num_minibatches=4, axis=0, lr=0.1,
         max_grad_norm=jnp.float32(1e9), optimizer=_OPT))
     got_params, _, metrics = run(params, opt_state, data, key)
     jaxpr = str(jax.make_jaxpr(run)(params, opt_state, data, key))
   assert (" sort[" in jaxpr) == (not fast)   # jax.random.permutation sorts
-  shuffle = common.shuffle_indices if fast else jax.random.permutation
+  shuffle = train_lib.shuffle_indices if fast else jax.random.permutation
   want_params, want_loss = _reference_epochs(shuffle, params, opt_state, data, key, 3, 4)
   np.testing.assert_allclose(got_params, want_params, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(metrics["loss"], want_loss, rtol=1e-5)
   # The other shuffle visits the minibatches in another order: other parameters.
-  other = jax.random.permutation if fast else common.shuffle_indices
+  other = jax.random.permutation if fast else train_lib.shuffle_indices
   other_params, _ = _reference_epochs(other, params, opt_state, data, key, 3, 4)
   assert not np.allclose(got_params, other_params, rtol=1e-4)

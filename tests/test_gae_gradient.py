@@ -1,5 +1,5 @@
 """Tests for the GAE-gradient measurement against KeyChain's exact gradient
-(credit_jax.gae_gradient), by exhaustive NumPy enumeration of a tiny case."""
+(credit_jax.addons.gae_probe), by exhaustive NumPy enumeration of a tiny case."""
 import itertools
 
 import jax
@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import diagnostics, envs, gae_gradient, networks
+from credit_jax import diagnostics, envs, nets
+from credit_jax.addons import gae_probe
 from credit_jax.algos.ppo_critics import OracleFeatureWrapper
 from credit_jax.envs.keychain import KeyChain
 
@@ -96,9 +97,9 @@ def test_gae_gradient_against_enumeration(gamma, lam):
   env, params = envs.make("KeyChain-v0", horizon=T, num_pivotal=K, num_actions=A)
   j, grad_j, expected = numpy_reference(env, THETA, gamma, lam)
   # The exact objective and gradient by autodiff equal the NumPy ones.
-  np.testing.assert_allclose(gae_gradient.keychain_success_probability(
+  np.testing.assert_allclose(gae_probe.keychain_success_probability(
       env, tabular_logits, THETA), j, rtol=1e-5)
-  np.testing.assert_allclose(gae_gradient.keychain_exact_gradient(
+  np.testing.assert_allclose(gae_probe.keychain_exact_gradient(
       env, tabular_logits, THETA), grad_j, rtol=1e-4, atol=1e-7)
   # The reference itself: unbiased with gamma = 1 and the exact value, for any lambda.
   bias_ref = np.linalg.norm(expected - grad_j) / np.linalg.norm(grad_j)
@@ -111,7 +112,7 @@ def test_gae_gradient_against_enumeration(gamma, lam):
   value_env = OracleFeatureWrapper(ValueKeyChain(
       exact_value(env, THETA, gamma), horizon=T, num_pivotal=K, num_actions=A))
   n = 4096
-  episode_gradients = jax.jit(gae_gradient.make_episode_gradients(
+  episode_gradients = jax.jit(gae_probe.make_episode_gradients(
       value_env, params, tabular_logits, lambda cp, traj: traj.obs[..., -1], n))
   grads, true_grad, objective, success = episode_gradients(
       THETA, None, jax.random.PRNGKey(0), gamma, lam)
@@ -122,7 +123,7 @@ def test_gae_gradient_against_enumeration(gamma, lam):
   se = np.asarray(jnp.std(grads, axis=0)) / np.sqrt(n)
   np.testing.assert_array_less(np.abs(np.asarray(grads.mean(0)) - expected.ravel()),
                                5 * se + 1e-7)
-  stats = gae_gradient.gradient_stats(grads, true_grad)   # what make_measure reports
+  stats = gae_probe.gradient_stats(grads, true_grad)   # what make_measure reports
   if gamma == 1.0:
     assert float(stats["bias"]) < 0.1 and float(stats["cosine"]) > 0.99
   else:
@@ -143,7 +144,7 @@ def test_a_zero_critic_at_gamma_one_is_unbiased_and_a_state_blind_one_too():
   # state's and is biased.
   env, params = envs.make("KeyChain-v0", horizon=T, num_pivotal=K, num_actions=A)
   _, grad_j, _ = numpy_reference(env, THETA, 1.0, 1.0)
-  measure = jax.jit(gae_gradient.make_measure(
+  measure = jax.jit(gae_probe.make_measure(
       env, params, tabular_logits, lambda cp, traj: cp * jnp.ones(traj.rewards.shape), 8192))
   zero = measure(THETA, 0.0, jax.random.PRNGKey(1), 1.0, 1.0)
   const = measure(THETA, 0.3, jax.random.PRNGKey(1), 1.0, 1.0)
@@ -157,14 +158,14 @@ def test_exact_objective_of_an_mlp_matches_sampled_success():
   # The pivotal observations the enumeration builds are the ones a rollout sees (time
   # feature included): J of a sharp random MLP equals its sampled success rate.
   env, params = envs.make("KeyChain-v0", horizon=6, num_pivotal=2, num_actions=2)
-  net = networks.ActorCritic(num_actions=2, hidden_sizes=(8,), value_head=False)
+  net = nets.ActorCritic(num_actions=2, hidden_sizes=(8,), value_head=False)
   net_params = net.init(jax.random.PRNGKey(3), jnp.zeros((4,)))
   logits_fn = lambda p, o: 30.0 * net.apply(p, o)[0]
-  j = float(gae_gradient.keychain_success_probability(env, logits_fn, net_params))
-  measure = jax.jit(gae_gradient.make_measure(
+  j = float(gae_probe.keychain_success_probability(env, logits_fn, net_params))
+  measure = jax.jit(gae_probe.make_measure(
       env, params, logits_fn, lambda cp, traj: jnp.zeros(traj.rewards.shape), 8192))
   stats = measure(net_params, None, jax.random.PRNGKey(2), 1.0, 0.95)
-  assert set(stats) == set(gae_gradient.STAT_NAMES)
+  assert set(stats) == set(gae_probe.STAT_NAMES)
   assert 0.05 < j < 0.95 and abs(float(stats["success"]) - j) < 5 * np.sqrt(j / 8192)
   np.testing.assert_allclose(stats["objective"], j, rtol=1e-6)
 
@@ -174,18 +175,18 @@ def test_measure_errors():
                           cue_delay=1)
   value = lambda cp, traj: jnp.zeros(traj.rewards.shape)
   with pytest.raises(ValueError, match="cue_delay = 0"):
-    gae_gradient.make_measure(env, params, tabular_logits, value, 8)
+    gae_probe.make_measure(env, params, tabular_logits, value, 8)
   env, params = envs.make("KeyChain-v0", horizon=6, num_pivotal=2, num_actions=2,
                           max_steps_in_episode=4)
   with pytest.raises(ValueError, match="max_steps_in_episode >= horizon"):
-    gae_gradient.make_measure(env, params, tabular_logits, value, 8)
+    gae_probe.make_measure(env, params, tabular_logits, value, 8)
   env, params = envs.make("BitFlip-v0")
   with pytest.raises(ValueError, match="needs KeyChain-v0"):
-    gae_gradient.make_measure(env, params, tabular_logits, value, 8)
+    gae_probe.make_measure(env, params, tabular_logits, value, 8)
   env, params = envs.make("KeyChain-v0", horizon=T, num_pivotal=K, num_actions=A)
   with pytest.raises(ValueError, match="num_episodes must be >= 2"):
-    gae_gradient.make_measure(env, params, tabular_logits, value, 1)
-  bad = gae_gradient.make_measure(env, params, tabular_logits,
+    gae_probe.make_measure(env, params, tabular_logits, value, 1)
+  bad = gae_probe.make_measure(env, params, tabular_logits,
                                   lambda cp, traj: jnp.zeros((T + 1, 4)), 4)
   with pytest.raises(ValueError, match="value_fn must return"):
     bad(THETA, None, jax.random.PRNGKey(0), 1.0, 1.0)

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import curriculum, envs
+from credit_jax.addons import curriculum
+from credit_jax import envs
 from credit_jax.algos import ConfigError, hierarchy
 from config_files import load_config_module
 

@@ -1,4 +1,4 @@
-"""Tests for the horizon study (credit_jax/experiments/horizon.py and its two helpers):
+"""Tests for the horizon study (credit_jax/experiments/horizon/study.py and its two helpers):
 the censored steps-to-level logic and the slope interval against hand values, the
 method names, config validation, and a tiny end-to-end run that is killed after its
 first cell and resumed (the finished cell skipped, not recomputed)."""
@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from credit_jax.algos import ConfigError
-from credit_jax.experiments import horizon, horizon_methods, horizon_report, report
+from credit_jax.experiments import horizon, report
+from credit_jax.experiments.horizon import (methods as horizon_methods,
+                                            report as horizon_report)
 from config_files import load_config
 
 

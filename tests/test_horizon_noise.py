@@ -1,9 +1,9 @@
-"""The horizon study's noise-along-the-gradient table (credit_jax/experiments/horizon_report.py)
+"""The horizon study's noise-along-the-gradient table (credit_jax/experiments/horizon/report.py)
 against hand-built cells whose noise follows a known power of T."""
 import numpy as np
 import pytest
 
-from credit_jax.experiments import horizon_report
+from credit_jax.experiments.horizon import report as horizon_report
 from config_files import load_config
 
 

@@ -1,4 +1,4 @@
-"""Tests for the remedies on the horizon axis (credit_jax/experiments/horizon_remedies.py
+"""Tests for the remedies on the horizon axis (credit_jax/experiments/horizon/remedies.py
 and its report module): statistics against hand values (smoothing, censoring, success
 at equal env steps and equal updates), the equal-budget group size, GoalGrid's
 coordinate observation with relabeling, config validation, and tiny end-to-end runs
@@ -13,8 +13,9 @@ import pytest
 
 from credit_jax import envs
 from credit_jax.algos import ConfigError
-from credit_jax.experiments import horizon_remedies, report
-from credit_jax.experiments import horizon_remedies_report as rep
+from credit_jax.experiments.horizon import remedies as horizon_remedies
+from credit_jax.experiments import report
+from credit_jax.experiments.horizon import remedies_report as rep
 from config_files import load_config
 
 

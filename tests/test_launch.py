@@ -1,4 +1,4 @@
-"""Tests for credit_jax/launch.py: XLA flags from the parsed config (only where safe, once,
+"""Tests for credit_jax/runtime/launch.py: XLA flags from the parsed config (only where safe, once,
 through a re-execution when JAX has already started), and environment options from the
 command line (`--config.env_kwargs.NAME=VALUE`, checked against the env's options)."""
 import importlib.util
@@ -11,9 +11,9 @@ import textwrap
 import ml_collections
 import pytest
 
-from credit_jax import launch
+from credit_jax.runtime import launch
 from credit_jax.algos import ConfigError
-from credit_jax.algos import common
+from credit_jax.algos import train as train_lib
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
 SCHEDULER = "xla_cpu_enable_concurrency_optimized_scheduler"
@@ -67,7 +67,7 @@ def test_module_imports_no_jax():
   code = textwrap.dedent(f"""
       import importlib.util, sys
       spec = importlib.util.spec_from_file_location(
-          "launch", {os.path.join(REPO, "credit_jax", "launch.py")!r})
+          "launch", {os.path.join(REPO, "credit_jax", "runtime", "launch.py")!r})
       m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
       m.jaxlib_version(); m.xla_flags_for(4); m.split_env_overrides(["x"])
       print("jax" in sys.modules)""")
@@ -174,7 +174,7 @@ def test_env_option_override_on_an_empty_env_kwargs_reaches_the_env():
   c = launch.apply_env_overrides(_umbrella_config(),
                                  {"chain_length": "30", "n_distractor": "2"})
   assert c.env_kwargs.chain_length == 30 and isinstance(c.env_kwargs.chain_length, int)
-  env, params = common.make_env(c)
+  env, params = train_lib.make_env(c)
   assert params.chain_length == 30
   assert env.n_distractor == 2
 

@@ -1,4 +1,4 @@
-"""Tests for credit_jax.metrics: records, the resumable writer, progress lines, plots."""
+"""Tests for credit_jax.runtime.metrics: records, the resumable writer, progress lines, plots."""
 import glob
 import json
 import os
@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from credit_jax import metrics
+from credit_jax.runtime import metrics
 
 
 def _chunk(seeds, updates, offset=0.0):

@@ -1,11 +1,12 @@
-"""Tests for credit_jax.networks: shapes, heads, and the hand-written categorical."""
+"""Tests for credit_jax.nets: shapes, heads, and the hand-written categorical."""
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import fast_paths, networks
+from credit_jax import fast_paths, nets
+from credit_jax.types import PresampledPolicy
 
 
 def _init(net, obs):
@@ -14,7 +15,7 @@ def _init(net, obs):
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_actor_critic_shapes_single_and_batched(shared):
-  net = networks.ActorCritic(num_actions=3, hidden_sizes=(8, 8), shared_torso=shared)
+  net = nets.ActorCritic(num_actions=3, hidden_sizes=(8, 8), shared_torso=shared)
   params = _init(net, jnp.zeros((5,)))
   logits, value = net.apply(params, jnp.ones((5,)))
   assert logits.shape == (3,) and value.shape == ()
@@ -25,7 +26,7 @@ def test_actor_critic_shapes_single_and_batched(shared):
 
 
 def test_policy_only_network_has_no_value_parameters():
-  net = networks.ActorCritic(num_actions=2, hidden_sizes=(8,), value_head=False)
+  net = nets.ActorCritic(num_actions=2, hidden_sizes=(8,), value_head=False)
   params = _init(net, jnp.zeros((3,)))
   assert set(params["params"]) == {"pi_torso", "Dense_0"}
   _, value = net.apply(params, jnp.ones((6, 3)))
@@ -34,7 +35,7 @@ def test_policy_only_network_has_no_value_parameters():
 
 def test_column_dense_is_dense_computed_by_columns():
   x = jax.random.normal(jax.random.PRNGKey(1), (5, 7, 6))
-  dense, column = nn.Dense(3), networks.ColumnDense(3)
+  dense, column = nn.Dense(3), nets.ColumnDense(3)
   params = dense.init(jax.random.PRNGKey(0), x)
   assert jax.tree.structure(column.init(jax.random.PRNGKey(0), x)) == \
       jax.tree.structure(params)
@@ -53,7 +54,7 @@ def test_small_and_large_action_heads_share_parameter_names(fast):
   # of <= 8 inputs; checkpoints see the same tree either way.
   for num_actions in (2, 9):
     with fast_paths.use(fast):
-      params = networks.ActorCritic(num_actions=num_actions).init(
+      params = nets.ActorCritic(num_actions=num_actions).init(
           jax.random.PRNGKey(0), jnp.zeros(4))["params"]
     assert set(params) == {"pi_torso", "v_torso", "Dense_0", "Dense_1"}
     assert set(params["pi_torso"]) == {"Dense_0", "Dense_1"}
@@ -61,7 +62,7 @@ def test_small_and_large_action_heads_share_parameter_names(fast):
 
 
 def test_initial_policy_is_near_uniform():
-  net = networks.ActorCritic(num_actions=4)
+  net = nets.ActorCritic(num_actions=4)
   params = _init(net, jnp.zeros((6,)))
   logits, _ = net.apply(params, jax.random.normal(jax.random.PRNGKey(1), (32, 6)))
   probs = jax.nn.softmax(logits)
@@ -69,7 +70,7 @@ def test_initial_policy_is_near_uniform():
 
 
 def test_history_window_flattens_every_position():
-  net = networks.ActorCritic(num_actions=4, hidden_sizes=(8,), obs_rank=2)
+  net = nets.ActorCritic(num_actions=4, hidden_sizes=(8,), obs_rank=2)
   params = _init(net, jnp.zeros((3, 6)))
   kernel = params["params"]["pi_torso"]["Dense_0"]["kernel"]
   assert kernel.shape == (18, 8)
@@ -83,7 +84,7 @@ def test_history_window_flattens_every_position():
 
 
 def test_obs_of_too_low_rank_is_rejected():
-  net = networks.ActorCritic(num_actions=2, hidden_sizes=(4,), obs_rank=2)
+  net = nets.ActorCritic(num_actions=2, hidden_sizes=(4,), obs_rank=2)
   params = _init(net, jnp.zeros((3, 2)))
   with pytest.raises(ValueError, match="obs_rank=2"):
     net.apply(params, jnp.zeros((2,)))
@@ -91,33 +92,33 @@ def test_obs_of_too_low_rank_is_rejected():
 
 def test_unknown_activation_is_rejected():
   with pytest.raises(ValueError, match="activation"):
-    networks.activation_fn("swishy")
+    nets.activation_fn("swishy")
 
 
 def test_categorical_log_prob_entropy_kl_against_numpy():
   logits = jnp.array([[0.3, -1.0, 2.0], [0.0, 0.0, 0.0]])
   actions = jnp.array([2, 1])
   p = np.exp(np.asarray(logits)) / np.exp(np.asarray(logits)).sum(-1, keepdims=True)
-  np.testing.assert_allclose(networks.categorical_log_prob(logits, actions),
+  np.testing.assert_allclose(nets.categorical_log_prob(logits, actions),
                              np.log(p[[0, 1], [2, 1]]), rtol=1e-6)
-  np.testing.assert_allclose(networks.categorical_entropy(logits),
+  np.testing.assert_allclose(nets.categorical_entropy(logits),
                              -(p * np.log(p)).sum(-1), rtol=1e-6)
   q = p[::-1]
-  np.testing.assert_allclose(networks.categorical_kl(logits, logits[::-1]),
+  np.testing.assert_allclose(nets.categorical_kl(logits, logits[::-1]),
                              (p * (np.log(p) - np.log(q))).sum(-1), rtol=1e-5)
-  np.testing.assert_allclose(networks.categorical_kl(logits, logits), 0.0, atol=1e-7)
+  np.testing.assert_allclose(nets.categorical_kl(logits, logits), 0.0, atol=1e-7)
 
 
 def test_categorical_log_prob_checks_shapes():
   with pytest.raises(ValueError, match="logits"):
-    networks.categorical_log_prob(jnp.zeros((4, 3)), jnp.zeros((5,), jnp.int32))
+    nets.categorical_log_prob(jnp.zeros((4, 3)), jnp.zeros((5,), jnp.int32))
   with pytest.raises(ValueError, match="logits_p"):
-    networks.categorical_kl(jnp.zeros((4, 3)), jnp.zeros((4, 2)))
+    nets.categorical_kl(jnp.zeros((4, 3)), jnp.zeros((4, 2)))
 
 
 def test_categorical_sample_matches_probabilities():
   logits = jnp.log(jnp.array([0.1, 0.6, 0.3]))
-  samples = networks.categorical_sample(jax.random.PRNGKey(0),
+  samples = nets.categorical_sample(jax.random.PRNGKey(0),
                                         jnp.broadcast_to(logits, (20000, 3)))
   assert samples.dtype == jnp.int32
   freq = np.bincount(np.asarray(samples), minlength=3) / samples.size
@@ -125,9 +126,9 @@ def test_categorical_sample_matches_probabilities():
 
 
 def test_policy_fn_returns_action_log_prob_and_value():
-  net = networks.ActorCritic(num_actions=3, hidden_sizes=(8,))
+  net = nets.ActorCritic(num_actions=3, hidden_sizes=(8,))
   params = _init(net, jnp.zeros((4,)))
-  policy_fn = networks.make_policy_fn(net)
+  policy_fn = nets.make_policy_fn(net)
   obs = jnp.arange(4.0)
   action, log_prob, extras = policy_fn(params, obs, jax.random.PRNGKey(3))
   logits, value = net.apply(params, obs)
@@ -141,25 +142,25 @@ def test_presampled_noise_gives_categorical_samples():
   # rollout engine's pre-drawn actions equal categorical_sample's under the same keys.
   logits = jax.random.normal(jax.random.PRNGKey(1), (64, 5))
   keys = jax.random.split(jax.random.PRNGKey(2), 64)
-  noise = jax.vmap(lambda k: networks.categorical_noise(k, 5))(keys)
+  noise = jax.vmap(lambda k: nets.categorical_noise(k, 5))(keys)
   assert noise.shape == (64, 5) and noise.dtype == jnp.float32
-  mine = networks.categorical_sample_with_noise(logits, noise)
-  ref = jax.vmap(networks.categorical_sample)(keys, logits)
+  mine = nets.categorical_sample_with_noise(logits, noise)
+  ref = jax.vmap(nets.categorical_sample)(keys, logits)
   np.testing.assert_array_equal(mine, ref)
   assert mine.dtype == jnp.int32 and len(set(np.asarray(mine).tolist())) > 1
   with pytest.raises(ValueError, match="noise"):
-    networks.categorical_sample_with_noise(logits, noise[:, :4])
+    nets.categorical_sample_with_noise(logits, noise[:, :4])
 
 
 def test_policy_fn_is_presampled_and_calls_alike():
-  net = networks.ActorCritic(num_actions=3, hidden_sizes=(8,))
+  net = nets.ActorCritic(num_actions=3, hidden_sizes=(8,))
   params = _init(net, jnp.zeros((4,)))
-  policy_fn = networks.make_policy_fn(net, value=False)
-  assert isinstance(policy_fn, networks.PresampledPolicy)
+  policy_fn = nets.make_policy_fn(net, value=False)
+  assert isinstance(policy_fn, PresampledPolicy)
   obs, key = jnp.arange(4.0), jax.random.PRNGKey(7)
   action, log_prob, extras = policy_fn(params, obs, key)
   action2, log_prob2, _ = policy_fn.act(params, obs, policy_fn.draw(key))
   assert extras == {} and int(action) == int(action2)
   np.testing.assert_allclose(log_prob, log_prob2)
   logits, _ = net.apply(params, obs)
-  assert int(action) == int(networks.categorical_sample(key, logits))
+  assert int(action) == int(nets.categorical_sample(key, logits))

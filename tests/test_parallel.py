@@ -1,4 +1,4 @@
-"""Tests for credit_jax.parallel: seeds sharded over devices give the unsharded numbers.
+"""Tests for credit_jax.runtime.parallel: seeds sharded over devices give the unsharded numbers.
 
 The two-device check runs in a subprocess: the CPU device count is fixed when JAX starts,
 and this test process has already started it with one device.
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import parallel
+from credit_jax.runtime import parallel
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 
@@ -22,7 +22,7 @@ TWO_DEVICES = textwrap.dedent("""
     import jax
     jax.config.update("jax_num_cpu_devices", 2)   # before credit_jax imports gymnax
     import numpy as np
-    from credit_jax import parallel
+    from credit_jax.runtime import parallel
     from credit_jax.algos import ppo
     spec = importlib.util.spec_from_file_location(
         "c", os.path.join(sys.argv[1], "configs", "ppo_cartpole.py"))
@@ -68,8 +68,8 @@ RUNNER_TWO_DEVICES = textwrap.dedent("""
     import importlib.util, json, os, shutil, sys
     import jax
     jax.config.update("jax_num_cpu_devices", 2)   # before credit_jax imports gymnax
-    from credit_jax import checkpoint
-    from credit_jax import run
+    from credit_jax.runtime import checkpoint
+    from credit_jax.runtime import run
     sys.path.insert(0, os.path.join(sys.argv[1], "tests"))
     from test_parallel import tiny_runner_config
     workdir = sys.argv[2]
@@ -101,8 +101,8 @@ def tiny_runner_config():
 
 
 def test_runner_shards_seeds_and_resumes_them_sharded(tmp_path):
-  from credit_jax import metrics   # pylint: disable=g-import-not-at-top
-  from credit_jax import run   # pylint: disable=g-import-not-at-top
+  from credit_jax.runtime import metrics
+  from credit_jax.runtime import run
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, "-c", RUNNER_TWO_DEVICES, REPO,
                          str(tmp_path / "sharded")], capture_output=True, text=True,

@@ -7,8 +7,9 @@ import ml_collections
 import numpy as np
 import pytest
 
-from credit_jax import algos, envs, gae_gradient, rollout
-from credit_jax.algos import common, ppo, ppo_critics
+from credit_jax import algos, envs, rollout
+from credit_jax.addons import gae_probe
+from credit_jax.algos import train as train_lib, ppo, ppo_critics
 from config_files import load_config_module
 
 collect = jax.jit(rollout.collect, static_argnums=(0, 2, 7))
@@ -185,19 +186,19 @@ def test_critic_config_errors_name_the_field(field, value, match):
     c.network = ml_collections.ConfigDict(net)
   else:
     c[field] = value
-  with pytest.raises(common.ConfigError, match=match):
+  with pytest.raises(train_lib.ConfigError, match=match):
     algos.validate_config(c)
 
 
 def test_oracle_critic_needs_an_env_with_the_feature():
   c = ppo.default_config()
   c.network.critic_oracle = True
-  with pytest.raises(common.ConfigError, match="config.network.critic_oracle: CartPole-v1 "
+  with pytest.raises(train_lib.ConfigError, match="config.network.critic_oracle: CartPole-v1 "
                      "has no oracle_feature"):
     algos.validate_config(c)
   c = keychain_config(oracle=True)
   c.retry_attempts = 1
-  with pytest.raises(common.ConfigError, match="config.retry_attempts"):
+  with pytest.raises(train_lib.ConfigError, match="config.retry_attempts"):
     algos.validate_config(c)
   c.retry_attempts = 0
   algos.validate_config(c)
@@ -297,7 +298,7 @@ def test_gae_gradient_config_errors(change, match):
     if field == "env_name":
       c.env_kwargs = ml_collections.ConfigDict()
     (c[head] if head else c)[leaf] = value
-  with pytest.raises(common.ConfigError, match=match):
+  with pytest.raises(train_lib.ConfigError, match=match):
     algos.validate_config(c)
 
 
@@ -306,7 +307,7 @@ def test_critic_keychain_config_variants_validate_and_build(variant):
   module = load_config_module("ppo_critic_keychain")
   c = module.get_config(variant)
   train = algos.make_train(c)
-  assert isinstance(train, gae_gradient.MeasuredTrain) and c.network.kind == "mlp"
+  assert isinstance(train, train_lib.MeasuredTrain) and c.network.kind == "mlp"
   assert ppo_critics.separate_critic(c) == (variant != "obs")
   with pytest.raises(ValueError, match="unknown variant"):
     module.get_config("huge")

@@ -1,11 +1,11 @@
-"""RunningSum-v0's step checker, PRM labels/training/calibration, and PRM shaping (issue 19)."""
+"""RunningSum-v0's step checker, PRM labels/training/calibration, and PRM shaping."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import credit_jax as cj
-from credit_jax import prm
+from credit_jax.addons import prm
 from credit_jax.envs import runningsum
 
 

@@ -1,4 +1,4 @@
-"""PRM shaping hooks (issue 19): per-step difference credit, best-of-N reranking,
+"""PRM shaping hooks: per-step difference credit, best-of-N reranking,
 Monte-Carlo retraining labels from the current policy, GRPO's and PPO's hooks."""
 import types
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import credit_jax as cj
-from credit_jax import prm
+from credit_jax.addons import prm
 
 
 def test_step_deltas_hand_cases():
@@ -127,10 +127,10 @@ def test_grpo_step_form_adds_per_step_credit():
   env, params = cj.envs.make(c.env_name, **dict(c.env_kwargs))
   shaper = prm.make_shaper(c, env, params)
   aux = shaper.init(jax.random.PRNGKey(1))
-  from credit_jax import networks, rollout
-  net, obs_shape = cj.algos.common.make_network(c, env, params, value_head=False)
-  pparams = cj.algos.common.init_params(net, jax.random.PRNGKey(2), obs_shape)
-  traj = rollout.collect_groups(env, params, networks.make_policy_fn(net), pparams,
+  from credit_jax import nets, rollout
+  net, obs_shape = cj.algos.train.make_network(c, env, params, value_head=False)
+  pparams = cj.algos.train.init_params(net, jax.random.PRNGKey(2), obs_shape)
+  traj = rollout.collect_groups(env, params, nets.make_policy_fn(net), pparams,
                                 jax.random.PRNGKey(3), 2, 2, c.horizon)
   returns = jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), 0)
   hp = {"prm_weight": 0.3, "prm_outcome_weight": 1.0}
@@ -168,10 +168,10 @@ def test_ppo_step_shaper_rewards_by_hand_across_rollouts():
   aux = shaper.init(jax.random.PRNGKey(0))
   hp = {"prm_weight": 0.5, "prm_outcome_weight": 2.0}
   from credit_jax import rollout
-  net, obs_shape = cj.algos.common.make_network(c, env, params, value_head=True)
-  pparams = cj.algos.common.init_params(net, jax.random.PRNGKey(1), obs_shape)
-  from credit_jax import networks
-  policy_fn = networks.make_policy_fn(net, value=False)
+  net, obs_shape = cj.algos.train.make_network(c, env, params, value_head=True)
+  pparams = cj.algos.train.init_params(net, jax.random.PRNGKey(1), obs_shape)
+  from credit_jax import nets
+  policy_fn = nets.make_policy_fn(net, value=False)
   obs, env_state = rollout.reset(env, params, jax.random.PRNGKey(2), 2)
   prev, start = np.ones(2), np.ones(2, bool)
   for r in range(2):   # two rollouts of 7 steps: episodes (T=6) cross the boundary

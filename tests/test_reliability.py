@@ -1,4 +1,4 @@
-"""Faults injected into runs of credit_jax/run.py, and what each run keeps (BUILD.md has the
+"""Faults injected into runs of credit_jax/runtime/run.py, and what each run keeps (BUILD.md has the
 table): a second writer, a stale lock, a damaged newest checkpoint, SIGTERM, a stalled
 chunk. Runs in this process share one compiled tiny config; a subprocess is used where the
 fault needs a process of its own."""
@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from credit_jax import checkpoint, interrupts, metrics, run, watchdog, workdir
+from credit_jax.runtime import checkpoint, interrupts, metrics, run, watchdog, workdir
 from config_files import load_config
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
@@ -245,7 +245,7 @@ STALL = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, sys.argv[1])
     from test_reliability import tiny_config
-    from credit_jax import run, watchdog
+    from credit_jax.runtime import run, watchdog
     run.train_and_evaluate(
         tiny_config(), sys.argv[2],
         watchdog=watchdog.WatchdogOptions(first_s=float(sys.argv[3]), floor_s=1.0),
@@ -270,7 +270,7 @@ def test_watchdog_ends_a_stalled_run_with_stacks_and_the_last_checkpoint(tmp_pat
   assert "most recent call first" in err and "in <lambda>" in err   # the stalled frame
   assert (f"Last checkpoint: update 3 in {tmp_path}/checkpoints; rerun the same command "
           f"to resume from it.") in err, err[-3000:]
-  assert "XLA" in err.splitlines()[-1]   # the setting to try (credit_jax.launch)
+  assert "XLA" in err.splitlines()[-1]   # the setting to try (credit_jax.runtime.launch)
   assert _steps(tmp_path) == [1, 2, 3]
 
 

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import envs, networks, rollout
+from credit_jax import envs, nets, rollout
 
 # Compiles are shared across tests: jit keys on the env and policy objects.
 collect = jax.jit(rollout.collect, static_argnums=(0, 2, 7))
@@ -132,9 +132,9 @@ def test_presampled_policy_noise_is_drawn_from_the_step_keys():
   # A network policy (a PresampledPolicy): collect draws every step's noise before its
   # loop; the actions must be those of the policy called with each step's key.
   env, params = CARTPOLE
-  net = networks.ActorCritic(num_actions=env.num_actions, hidden_sizes=(8,))
+  net = nets.ActorCritic(num_actions=env.num_actions, hidden_sizes=(8,))
   net_params = net.init(jax.random.key(3), jnp.zeros((4,)))
-  policy = networks.make_policy_fn(net, value=False)
+  policy = nets.make_policy_fn(net, value=False)
   obs, state = reset(env, params, jax.random.key(0), 3)
   traj, _ = collect(env, params, policy, net_params, jax.random.key(6), state, obs, 24)
   _, ref = jax.jit(_plain_scan, static_argnums=(0, 2, 6))(

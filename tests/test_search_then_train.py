@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import networks
-from credit_jax.algos import common
+from credit_jax import nets
+from credit_jax.algos import train as train_lib
 from credit_jax.algos import search_then_train as stt
 from config_files import load_config
 
@@ -24,10 +24,10 @@ def _config(**overrides):
 
 def test_group_rollout_reports_the_start_states_it_used():
   c = _config()
-  env, env_params = common.make_env(c)
-  network, obs_shape = common.make_network(c, env, env_params, value_head=False)
-  params = common.init_params(network, jax.random.PRNGKey(0), obs_shape)
-  traj, obs0, states0 = stt.group_rollout(env, env_params, networks.make_policy_fn(network),
+  env, env_params = train_lib.make_env(c)
+  network, obs_shape = train_lib.make_network(c, env, env_params, value_head=False)
+  params = train_lib.init_params(network, jax.random.PRNGKey(0), obs_shape)
+  traj, obs0, states0 = stt.group_rollout(env, env_params, nets.make_policy_fn(network),
                                           params, jax.random.PRNGKey(5), 3, 2, 6)
   for member in range(2):
     np.testing.assert_array_equal(traj.obs[0, :, member], obs0)
@@ -45,7 +45,7 @@ def test_group_rollout_reports_the_start_states_it_used():
     ("search_rollout", "beam", "search_rollout"),
 ])
 def test_config_errors_name_the_field(field, value, match):
-  with pytest.raises(common.ConfigError, match=match):
+  with pytest.raises(train_lib.ConfigError, match=match):
     stt.make_train(_config(**{field: value}))
 
 

@@ -1,5 +1,5 @@
 """Tests for sequence policies: the rollout carry, the GRU and transformer networks, and PPO
-with them (credit_jax.sequence_networks, rollout's PolicyState, algos.ppo_sequence)."""
+with them (credit_jax.nets.sequence, rollout's PolicyState, algos.ppo_sequence)."""
 
 import jax
 import jax.numpy as jnp
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from credit_jax import algos, envs, rollout
-from credit_jax import sequence_networks as sn
+from credit_jax.nets import sequence as sn
 from config_files import load_config
-from credit_jax.algos import common, ppo
+from credit_jax.algos import train as train_lib, ppo
 from credit_jax.types import PolicyState, SequencePolicy
 
 collect = jax.jit(rollout.collect, static_argnums=(0, 2, 7))
@@ -218,11 +218,11 @@ def test_entry_checks_raise_clear_errors():
     sn.make_sequence_network("lstm", 3)
   c = load_config("ppo_gru_keychain", "small")
   c.network.kind = "lstm"
-  with pytest.raises(common.ConfigError, match="config.network.kind"):
+  with pytest.raises(train_lib.ConfigError, match="config.network.kind"):
     algos.validate_config(c)
   c = load_config("ppo_gru_keychain", "small")
   c.num_minibatches = 5
-  with pytest.raises(common.ConfigError, match="config.num_minibatches"):
+  with pytest.raises(train_lib.ConfigError, match="config.num_minibatches"):
     algos.validate_config(c)
 
 
@@ -290,16 +290,16 @@ def test_gru_ppo_learns_delayed_cues_an_mlp_cannot():
   c = load_config("ppo_gru_keychain", "small")
   train = algos.make_train(c)
   state, m = jax.jit(train)(jax.random.PRNGKey(c.seed))
-  env, params = common.make_env(c)
+  env, params = train_lib.make_env(c)
   network, _ = ppo.ppo_sequence.make_network(c, env, params)
   gru = sampled_success(env, params, sn.make_sequence_policy(network, value=False),
                         state.params)
   c.network.kind = "mlp"
   mlp_train = algos.make_train(c)
   mlp_state, _ = jax.jit(mlp_train)(jax.random.PRNGKey(c.seed))
-  mlp_net, _ = common.make_network(c, env, params, value_head=True)
-  from credit_jax import networks  # pylint: disable=import-outside-toplevel
-  mlp = sampled_success(env, params, networks.make_policy_fn(mlp_net, value=False),
+  mlp_net, _ = train_lib.make_network(c, env, params, value_head=True)
+  from credit_jax import nets
+  mlp = sampled_success(env, params, nets.make_policy_fn(mlp_net, value=False),
                         mlp_state.params)
   print(f"sampled success on 256 fresh episodes: GRU {gru:.3f}, MLP {mlp:.3f} "
         f"(MLP ceiling 0.25); GRU training return, last 10 updates "

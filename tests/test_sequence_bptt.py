@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from credit_jax import algos, envs, fast_paths, rollout
-from credit_jax import sequence_networks as sn
+from credit_jax.nets import sequence as sn
 from config_files import load_config
-from credit_jax.algos import common, losses, ppo_sequence
+from credit_jax.algos import train as train_lib, losses, ppo_sequence
 
 collect = jax.jit(rollout.collect, static_argnums=(0, 2, 7))
 HP = {"clip_eps": 0.2, "vf_coef": 0.5, "ent_coef": 0.01}
@@ -112,7 +112,7 @@ def test_chunked_loss_replays_the_rollout_and_truncates_the_gradient():
   # The stored carries are the full replay's hidden states after steps 3 and 7.
   xp, w_h, b_h = net.apply(params, traj.obs, *rollout.sequence_inputs(traj, ps)[:2],
                            method="project")
-  from credit_jax import gru  # pylint: disable=import-outside-toplevel
+  from credit_jax.nets import gru
   hs = jax.vmap(lambda h0, x, s: gru.scan(w_h, b_h, h0, x, s), in_axes=(0, 1, 1))(
       net.stack(ps.carry), xp, rollout.sequence_inputs(traj, ps)[2])     # [B, T, K, H]
   np.testing.assert_allclose(net.stack(carries)[:, 1:], hs[:, chunk - 1:-1:chunk],
@@ -180,18 +180,18 @@ def test_chunk_of_the_whole_window_is_the_default_path():
 
 def test_bptt_chunk_config_errors():
   c = tiny_config(3)
-  with pytest.raises(common.ConfigError, match="network.bptt_chunk.*divide"):
+  with pytest.raises(train_lib.ConfigError, match="network.bptt_chunk.*divide"):
     algos.validate_config(c)
   c = tiny_config(-1)
-  with pytest.raises(common.ConfigError, match="network.bptt_chunk"):
+  with pytest.raises(train_lib.ConfigError, match="network.bptt_chunk"):
     algos.validate_config(c)
   c = tiny_config(4)
   c.network.kind = "transformer"
-  with pytest.raises(common.ConfigError, match="network.bptt_chunk.*'gru'"):
+  with pytest.raises(train_lib.ConfigError, match="network.bptt_chunk.*'gru'"):
     algos.validate_config(c)
   c = tiny_config(4)
   c.network.critic_kind = "mlp"
-  with pytest.raises(common.ConfigError, match="network.bptt_chunk"):
+  with pytest.raises(train_lib.ConfigError, match="network.bptt_chunk"):
     algos.validate_config(c)
   algos.validate_config(tiny_config(4))
   assert algos.RECIPES["ppo"].default_config().network.bptt_chunk == 0
@@ -211,7 +211,7 @@ def test_gru_ppo_with_bptt_chunks_learns_delayed_cues():
   c.network.bptt_chunk = 8
   keys = jnp.stack([jax.random.PRNGKey(c.seed + i) for i in range(3)])
   states, m = jax.jit(jax.vmap(algos.make_train(c)))(keys)
-  env, params = common.make_env(c)
+  env, params = train_lib.make_env(c)
   network, _ = ppo_sequence.make_network(c, env, params)
   evaluate = jax.jit(rollout.collect_episodes, static_argnums=(0, 2, 5, 6))
   policy = sn.make_sequence_policy(network, value=False)

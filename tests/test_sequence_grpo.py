@@ -6,10 +6,10 @@ import ml_collections
 import numpy as np
 import pytest
 
-from credit_jax import algos, networks, rollout
-from credit_jax import sequence_networks as sn
-from credit_jax.algos import (common, grpo, grpo_sequence, ppo_sequence, reinforce,
-                              reinforce_sequence)
+from credit_jax import algos, nets, rollout
+from credit_jax.nets import sequence as sn
+from credit_jax.algos import (train as train_lib, grpo, grpo_sequence, ppo_sequence,
+                              reinforce, reinforce_sequence)
 from credit_jax.types import PolicyState
 
 
@@ -32,7 +32,7 @@ def delayed_cue_config(kind, horizon=8, cue_delay=3, num_updates=2):
 def test_group_replay_reproduces_the_rollout_log_probs(kind):
   c = delayed_cue_config(kind, horizon=6, cue_delay=2)
   c.env_kwargs.num_pivotal = 2
-  env, env_params = common.make_env(c)
+  env, env_params = train_lib.make_env(c)
   network, obs_shape = ppo_sequence.make_network(c, env, env_params)
   params = sn.init_params(network, jax.random.PRNGKey(0), obs_shape)
   # Larger weights than at init, so the logits (and a wrong replay) are far from uniform.
@@ -47,7 +47,7 @@ def test_group_replay_reproduces_the_rollout_log_probs(kind):
                         prev_reward=jnp.zeros((num_tasks, group), jnp.float32))
     inputs = rollout.sequence_inputs(traj, start)
     logits = grpo_sequence.replay_logits(network, params, traj.obs, *inputs)
-    return traj, inputs, networks.categorical_log_prob(logits, traj.actions)
+    return traj, inputs, nets.categorical_log_prob(logits, traj.actions)
 
   traj, inputs, log_probs = jax.jit(replay)(params, jax.random.PRNGKey(1))
   prev_a, prev_r, starts = inputs
@@ -63,7 +63,7 @@ def test_group_replay_reproduces_the_rollout_log_probs(kind):
   # history) gives other log-probs.
   memoryless = grpo_sequence.replay_logits(network, params, traj.obs, prev_a, prev_r,
                                            jnp.ones_like(starts))
-  assert not np.allclose(networks.categorical_log_prob(memoryless, traj.actions),
+  assert not np.allclose(nets.categorical_log_prob(memoryless, traj.actions),
                          traj.log_probs, atol=1e-3)
 
 
@@ -100,15 +100,15 @@ def test_mlp_kind_is_the_unchanged_mlp_path():
 
 def test_network_fields_are_validated():
   c = delayed_cue_config("lstm")
-  with pytest.raises(common.ConfigError, match="network.kind"):
+  with pytest.raises(train_lib.ConfigError, match="network.kind"):
     algos.validate_config(c)
   c = delayed_cue_config("transformer")
   c.network.d_model, c.network.num_heads = 6, 4
-  with pytest.raises(common.ConfigError, match="network.d_model"):
+  with pytest.raises(train_lib.ConfigError, match="network.d_model"):
     algos.make_train(c)
   c = delayed_cue_config("gru")
   c.network.gru_size = 0
-  with pytest.raises(common.ConfigError, match="network.gru_size"):
+  with pytest.raises(train_lib.ConfigError, match="network.gru_size"):
     algos.validate_config(c)
   with pytest.raises(ValueError, match="must agree"):
     grpo_sequence.replay_logits(None, None, jnp.zeros((4, 2, 3, 5)),
@@ -151,7 +151,7 @@ def reinforce_config(kind, credit="gae", baseline="value"):
 @pytest.mark.parametrize("kind", ["gru", "transformer"])
 def test_reinforce_replay_reproduces_the_rollout(kind):
   c = reinforce_config(kind)
-  env, env_params = common.make_env(c)
+  env, env_params = train_lib.make_env(c)
   network, obs_shape = ppo_sequence.make_network(c, env, env_params)
   params = jax.tree.map(lambda x: 3.0 * x,
                         sn.init_params(network, jax.random.PRNGKey(0), obs_shape))
@@ -162,7 +162,7 @@ def test_reinforce_replay_reproduces_the_rollout(kind):
     return traj, reinforce_sequence.replay(network, params, traj, final=True)
 
   traj, (logits, values, final_values) = jax.jit(run)(params, jax.random.PRNGKey(2))
-  np.testing.assert_allclose(networks.categorical_log_prob(logits, traj.actions),
+  np.testing.assert_allclose(nets.categorical_log_prob(logits, traj.actions),
                              traj.log_probs, atol=2e-5)
   np.testing.assert_allclose(values, traj.extras["value"], atol=2e-5)
   # The final observation's value is the value the next step of the same episode would
@@ -221,7 +221,7 @@ def test_recipes_built_on_grpo_fields_refuse_sequence_networks(name):
   assert c.network.kind == "mlp"
   algos.validate_config(c)
   c.network.kind = "gru"
-  with pytest.raises(common.ConfigError, match="network.kind"):
+  with pytest.raises(train_lib.ConfigError, match="network.kind"):
     algos.validate_config(c)
 
 
@@ -229,7 +229,7 @@ def test_recipes_built_on_grpo_fields_refuse_sequence_networks(name):
 
 
 def test_sequence_grpo_takes_a_curriculum():
-  from credit_jax import curriculum  # pylint: disable=import-outside-toplevel
+  from credit_jax.addons import curriculum
   c = curriculum.add_config(delayed_cue_config("gru", horizon=12, num_updates=6))
   c.env_kwargs.cue_delay = 0
   c.num_minibatches, c.update_epochs = 1, 1

@@ -1,4 +1,4 @@
-"""The fused GRU (credit_jax/gru.py) against flax's `nn.GRUCell` and against autodiff.
+"""The fused GRU (credit_jax/nets/gru.py) against flax's `nn.GRUCell` and against autodiff.
 
 Both ways: plain JAX (the default) and with `credit_jax.fast_paths` on (written-out
 tanh/sigmoid and the hand-written backward of `gru.scan`). Both are also checked against
@@ -18,8 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import fast_paths, gru, networks
-from credit_jax import sequence_networks as sn
+from credit_jax import fast_paths, nets
+from credit_jax.nets import gru
+from credit_jax.nets import sequence as sn
 
 
 class OldGRUActorCritic(nn.Module):
@@ -32,10 +33,10 @@ class OldGRUActorCritic(nn.Module):
   obs_rank: int = 1
 
   def setup(self):
-    self.pi_encoder = networks.MLP(tuple(self.encoder_sizes), self.activation)
+    self.pi_encoder = nets.MLP(tuple(self.encoder_sizes), self.activation)
     self.pi_cell = nn.GRUCell(features=self.hidden_size)
     if not self.shared_torso:
-      self.v_encoder = networks.MLP(tuple(self.encoder_sizes), self.activation)
+      self.v_encoder = nets.MLP(tuple(self.encoder_sizes), self.activation)
       self.v_cell = nn.GRUCell(features=self.hidden_size)
     self.pi_head = sn._dense(self.num_actions, 0.01)
     self.v_head = sn._dense(1, 1.0)

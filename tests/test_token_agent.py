@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import envs, networks, rollout
+from credit_jax import envs, rollout
 from credit_jax.algos import grpo, token_agent
-from credit_jax.nets import lm
+from credit_jax.config import ConfigError
+from credit_jax.nets import lm, mlp
 
 
 @functools.lru_cache
@@ -51,7 +52,7 @@ def test_cached_acting_equals_the_full_sequence_pass(critic, reencode):
   traj = _rollout(critic, reencode)
   logits, values = _sequence(critic)(p, traj.obs[..., 0])               # [T, B, V]
   valid = np.asarray(traj.valid)
-  log_probs = networks.categorical_log_prob(logits, traj.actions)
+  log_probs = mlp.categorical_log_prob(logits, traj.actions)
   np.testing.assert_allclose(np.asarray(log_probs)[valid],
                              np.asarray(traj.log_probs)[valid], atol=2e-5)
   np.testing.assert_allclose(np.asarray(values)[valid],
@@ -199,11 +200,11 @@ def test_validation_names_the_field():
                      ("sft_steps", -1)):
     c = token_agent.default_config()
     c[field] = bad
-    with pytest.raises(token_agent.common.ConfigError, match=rf"^config\.{field}: "):
+    with pytest.raises(ConfigError, match=rf"^config\.{field}: "):
       token_agent.validate_config(c)
   c = token_agent.default_config()
   c.network.num_heads = 3
-  with pytest.raises(token_agent.common.ConfigError, match=r"^config\.network\.d_model"):
+  with pytest.raises(ConfigError, match=r"^config\.network\.d_model"):
     token_agent.validate_config(c)
 
 

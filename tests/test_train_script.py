@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from credit_jax import metrics
-from credit_jax import run
+from credit_jax.runtime import metrics
+from credit_jax.runtime import run
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
 SCRIPT = os.path.join(REPO, "scripts", "train.py")
@@ -115,11 +115,11 @@ def test_resuming_with_a_different_config_is_refused(reference):
 
 
 def test_run_loop_sits_above_the_recipes_it_runs():
-  """credit_jax/run.py imports credit_jax.algos; nothing in credit_jax/algos imports the
+  """credit_jax/runtime/run.py imports credit_jax.algos; nothing in credit_jax/algos imports the
   run loop or its helpers back."""
   import ast   # pylint: disable=g-import-not-at-top
-  upper = {"credit_jax.run", "credit_jax.launch", "credit_jax.watchdog",
-           "credit_jax.interrupts", "credit_jax.workdir"}
+  upper = {"credit_jax.runtime.run", "credit_jax.runtime.launch", "credit_jax.runtime.watchdog",
+           "credit_jax.runtime.interrupts", "credit_jax.runtime.workdir"}
 
   def imports(path):
     found = set()
@@ -129,6 +129,6 @@ def test_run_loop_sits_above_the_recipes_it_runs():
       elif isinstance(node, ast.ImportFrom) and node.module:
         found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
     return found
-  assert "credit_jax.algos" in imports(os.path.join(REPO, "credit_jax", "run.py"))
+  assert "credit_jax.algos" in imports(os.path.join(REPO, "credit_jax", "runtime", "run.py"))
   for path in glob.glob(os.path.join(REPO, "credit_jax", "algos", "*.py")):
     assert not imports(path) & upper, path

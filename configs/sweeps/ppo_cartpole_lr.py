@@ -4,9 +4,9 @@
   python3 scripts/sweep.py --config=configs/sweeps/ppo_cartpole_lr.py:small --workdir=...
 
 `lr` is a traced hyperparameter of PPO, so the 8 values x 8 seeds are 64 runs vmapped in
-one compiled program (scripts/bench_sweep.py measures that against 64 train.py runs).
+one compiled program (benchmarks/bench_sweep.py measures that against 64 train.py runs).
 Variants: none (1e5 env steps per run), "small" (3 values x 2 seeds, 20k steps: seconds),
-"bench" (what scripts/bench_sweep.py runs).
+"bench" (what benchmarks/bench_sweep.py runs).
 """
 import ml_collections
 

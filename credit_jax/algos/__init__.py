@@ -11,16 +11,16 @@ A recipe is one module `credit_jax/algos/<name>.py`, registered in `RECIPES` bel
 exports three functions:
 
   * `default_config() -> ml_collections.ConfigDict`: a complete, runnable config. It
-    starts from `common.base_config()` (the fields every recipe shares: algo, env_name,
+    starts from `train_lib.base_config()` (the fields every recipe shares: algo, env_name,
     env_kwargs, history_window, seed, seeds, optimizer, lr, anneal_lr, adam_eps,
     weight_decay, momentum, max_grad_norm, network.*, chunk_updates, checkpoint_every,
     keep_checkpoints) or from another recipe's default, and adds its own fields. Every
     field is assigned on its own line with a comment saying what it means.
-  * `validate_config(config)`: raises `common.ConfigError("config.<field>: ...")` naming
+  * `validate_config(config)`: raises `train_lib.ConfigError("config.<field>: ...")` naming
     the first field that cannot run, before anything compiles; it is
-    `common.validate(config, "<name>", validate_fields)`: the shared fields, the recipe's
+    `train_lib.validate(config, "<name>", validate_fields)`: the shared fields, the recipe's
     own (`validate_fields`), then that the environment can be made.
-  * `make_train(config) -> common.Train`: validates, then builds the pure training run.
+  * `make_train(config) -> train_lib.Train`: validates, then builds the pure training run.
 
 Hparams and static fields: numeric settings a sweep may vary (lr, max_grad_norm, gamma,
 clip and loss coefficients...) are leaves of `hparams`, a dict of float32 scalars given
@@ -30,11 +30,11 @@ program structure (batch sizes, horizon, group size, epochs, network, optimizer 
 env) is static: it is read from the config when `make_train` runs, and changing it
 recompiles.
 
-`Train` (see `common.Train`): `train.init(key, hparams) -> TrainState` (params,
+`Train` (see `train_lib.Train`): `train.init(key, hparams) -> TrainState` (params,
 optimiser state, the run's RNG key, update count, recipe carry `aux`) and
 `train.run(state, hparams, num_updates) -> (state, metrics)` (a `lax.scan` of updates;
 metrics `{name: [num_updates]}`); `train(key, hparams)` is both for `train.num_updates`.
-`credit_jax.run.train_and_evaluate(config, workdir)` calls `init` once (or restores a
+`credit_jax.runtime.run.train_and_evaluate(config, workdir)` calls `init` once (or restores a
 checkpoint of that state's shape), then `run` in compiled chunks of
 `config.chunk_updates` updates with all seeds vmapped; because the key lives in the
 state, chunked, resumed and whole runs give the same numbers. It also uses
@@ -52,10 +52,10 @@ Metrics: every update returns `{name: [] float32}` and every recipe reports
     the same fraction for the greedy policy's episodes.
 Recipes add their own (`return`, `grad_norm`, `lr`, `degenerate_frac`, ...).
 
-Optimiser and minibatches: all recipes step through `common.make_optimizer(config)`
+Optimiser and minibatches: all recipes step through `train_lib.make_optimizer(config)`
 (gradient clipping, then `config.optimizer`: adam by default, adamw or sgd; the learning
 rate applied outside the optimiser state so it stays a traced hparam) and, where they
-take several gradient steps over one batch, `common.minibatch_epochs`.
+take several gradient steps over one batch, `train_lib.minibatch_epochs`.
 
 Adding a recipe is one module plus one config file: write `credit_jax/algos/<name>.py`
 with the three functions, add it to `RECIPES`, and add `configs/<name>_<env>.py` whose
@@ -64,9 +64,9 @@ a "small" variant; tests/test_contract.py then checks it (it needs a tiny varian
 """
 from __future__ import annotations
 
-from credit_jax.algos import (common, dqn, grpo, grpo_hindsight, hierarchy, ppo,
-                              reinforce, search_then_train, token_agent)
-from credit_jax.algos.common import ConfigError, Train, TrainState
+from credit_jax.algos import (train as train_lib, dqn, grpo, grpo_hindsight, hierarchy,
+                              ppo, reinforce, search_then_train, token_agent)
+from credit_jax.algos.train import ConfigError, Train, TrainState
 
 RECIPES = {"ppo": ppo, "grpo": grpo, "reinforce": reinforce, "dqn": dqn,
            "grpo_hindsight": grpo_hindsight, "search_then_train": search_then_train,
@@ -77,7 +77,7 @@ __all__ = ["RECIPES", "ConfigError", "Train", "TrainState", "make_train",
 
 
 def _recipe(config):
-  common.require(config.get("algo") in RECIPES, "algo",
+  train_lib.require(config.get("algo") in RECIPES, "algo",
                  f"unknown recipe {config.get('algo')!r}; known: {sorted(RECIPES)}")
   return RECIPES[config.algo]
 

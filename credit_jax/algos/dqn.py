@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from credit_jax import envs, hindsight, replay, rollout
-from credit_jax.algos import common
+from credit_jax.algos import train as train_lib
 
 HPARAMS = ("lr", "gamma", "epsilon", "target_tau", "max_grad_norm", "relabel_weight",
            "relabel_threshold", "relabel_ramp")
@@ -55,7 +55,7 @@ def add_relabel_fields(c: ml_collections.ConfigDict) -> ml_collections.ConfigDic
 
 def default_config() -> ml_collections.ConfigDict:
   """DQN + HER (`future`, k = 4) on BitFlip-v0 with 15 bits (the HER paper's experiment)."""
-  c = add_relabel_fields(common.base_config())
+  c = add_relabel_fields(train_lib.base_config())
   c.algo = "dqn"                  # this recipe
   c.env_name = "BitFlip-v0"       # a goal environment
   c.env_kwargs.num_bits = 15      # n; the episode limit is n steps
@@ -89,7 +89,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first DQN-specific field that cannot run."""
-  req = common.require
+  req = train_lib.require
   for f in ("num_envs", "horizon", "num_updates", "buffer_size", "batch_size",
             "grad_steps", "eval_envs", "her_k"):
     req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
@@ -108,12 +108,12 @@ def validate_fields(config) -> None:
 
 def validate_config(config) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  common.validate(config, "dqn", validate_fields)
+  train_lib.validate(config, "dqn", validate_fields)
 
 
 def validate_relabel_fields(config) -> None:
   """Checks the relabeling fields both hindsight recipes share (DQN here, GRPO)."""
-  req = common.require
+  req = train_lib.require
   req(config.relabel_weight >= 0.0, "relabel_weight",
       f"must be >= 0, got {config.relabel_weight}")
   req(config.relabel_ramp >= 0.0, "relabel_ramp", f"must be >= 0, got {config.relabel_ramp}")
@@ -122,9 +122,9 @@ def validate_relabel_fields(config) -> None:
   req(int(config.history_window) == 0, "history_window",
       "relabeling replaces the goal in flat observations; no history window")
   try:
-    env, _ = common.make_env(config)
+    env, _ = train_lib.make_env(config)
   except ValueError:
-    return  # common.validate reports a bad environment next, naming its fields
+    return  # train_lib.validate reports a bad environment next, naming its fields
   req(hasattr(env, "goal_reward"), "env_name",
       f"{config.env_name} is not a goal environment (no goal_reward to relabel with)")
 
@@ -154,12 +154,12 @@ def episode_success(traj) -> jax.Array:
   return jnp.any(jnp.logical_and(traj.valid, traj.rewards > 0), axis=0).astype(jnp.float32)
 
 
-def make_train(config) -> common.Train:
+def make_train(config) -> train_lib.Train:
   """`Train` for DQN(+HER) on goal environment `config.env_name`."""
   validate_config(config)
-  env, env_params = common.make_env(config)
+  env, env_params = train_lib.make_env(config)
   env = envs.DesiredGoalWrapper(env)
-  network, obs_shape = common.make_network(config, env, env_params, value_head=False)
+  network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)
   policy_fn = epsilon_greedy_policy(network)
   num_envs, horizon = int(config.num_envs), int(config.horizon)
   n_updates, grad_steps = int(config.num_updates), int(config.grad_steps)
@@ -167,7 +167,7 @@ def make_train(config) -> common.Train:
   eval_envs, her_k = int(config.eval_envs), int(config.her_k)
   strategy = str(config.her_strategy)
   ema_decay = float(config.success_ema)
-  optimizer = common.make_optimizer(config)
+  optimizer = train_lib.make_optimizer(config)
   reward_offset = float(config.get("reward_offset", 0.0))
   clip_target = bool(config.get("clip_target", False))
   example = {"obs": jnp.zeros(obs_shape, jnp.float32), "action": jnp.zeros((), jnp.int32),
@@ -175,7 +175,7 @@ def make_train(config) -> common.Train:
              "discount": jnp.zeros(()), "weight": jnp.zeros(())}
 
   def init_fn(key, hp):
-    return common.init_train_state(
+    return train_lib.init_train_state(
         network, key, obs_shape, hp, optimizer,
         lambda params: {"target": params, "buffer": replay.init(example, capacity),
                         "success_ema": jnp.zeros(())})
@@ -225,7 +225,7 @@ def make_train(config) -> common.Train:
                                         hp["relabel_threshold"], hp["relabel_ramp"])
     items, written, relabeled_frac = transitions(traj, k_rel, weight)
     buffer = replay.add(state.aux["buffer"], items, written)
-    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
     target = state.aux["target"]
     ready = buffer.size >= batch_size
 
@@ -254,10 +254,10 @@ def make_train(config) -> common.Train:
         "relabeled_frac": relabeled_frac, "buffer_size": buffer.size.astype(jnp.float32),
         "episode_length": jnp.sum(traj.valid, axis=0).astype(jnp.float32).mean()})
     aux = {"target": target, "buffer": buffer, "success_ema": ema}
-    return common.TrainState(params=params, opt_state=opt_state, key=key,
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=aux), metrics
 
-  return common.Train(
+  return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
       env_steps_per_update=num_envs * horizon,

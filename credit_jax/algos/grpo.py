@@ -2,7 +2,7 @@
 
 One update samples `num_tasks` start states and runs `group_size` (K) episodes from each
 (the group rollout: same start state, independent action keys), scores each episode by its
-return, and turns the K returns of a task into advantages with `cj.group_advantages`
+return, and turns the K returns of a task into advantages with `baselines.group_advantages`
 ("grpo": (R - mean) / (std + eps); "rloo": leave-one-out mean baseline; "drgrpo": R - mean,
 no std division). Every step of an episode gets its episode's advantage. The policy then
 takes `update_epochs` passes over `num_minibatches` minibatches of tasks on the clipped
@@ -25,7 +25,7 @@ Metrics: `loss` and the surrogate's pieces averaged over the minibatch steps, `r
 task.
 
 Curriculum (`config.curriculum`, absent by default; `curriculum.add_config(c)` adds it,
-see `credit_jax/curriculum.py`): a fixed, success-gated or prioritised (PLR) choice of the
+see `credit_jax/addons/curriculum.py`): a fixed, success-gated or prioritised (PLR) choice of the
 episode length per update, a traced env param, so one compile serves every stage; adds
 `curriculum_stage`, `curriculum_value` and `env_steps` (steps actually taken) to the
 metrics. Success is `info["success"]` where the env reports it (KeyToDoor-v0), else a
@@ -37,7 +37,7 @@ module), or "gru" / "transformer", sequence networks that remember the episode, 
 
 Hyperparameters in `hparams` (traced): lr, clip_eps, ent_coef, kl_coef, max_grad_norm.
 
-Optional process-reward shaping: a config with an enabled `prm` block (`credit_jax/prm.py`,
+Optional process-reward shaping: a config with an enabled `prm` block (`credit_jax/addons/prm.py`,
 `configs/prm.py`) scores episodes by `prm_outcome_weight * return + prm_weight * agg PRM`
 (two more traced hparams; form "step" adds `prm_weight * (p_t - p_{t-1})` to each step's
 advantage instead), keeps the PRM in `aux["prm_params"]` and logs its metrics.
@@ -48,9 +48,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-import credit_jax as cj
-from credit_jax import curriculum, networks, prm, rollout
-from credit_jax.algos import common, episodes, grpo_sequence, losses
+from credit_jax import baselines
+from credit_jax.addons import curriculum, prm
+from credit_jax import nets, rollout
+from credit_jax.algos import train as train_lib, grpo_sequence, losses
+from credit_jax import episodes
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "kl_coef", "max_grad_norm")
 ADVANTAGES = ("grpo", "rloo", "drgrpo")
@@ -59,7 +61,7 @@ AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
 
 def default_config() -> ml_collections.ConfigDict:
   """GRPO on KeyChain-v0 (T=50, k=3, A=4: random success 1.6%); reaches >= 90% success."""
-  c = common.keychain_env(common.base_config(), horizon=50, num_pivotal=3)
+  c = train_lib.keychain_env(train_lib.base_config(), horizon=50, num_pivotal=3)
   c.algo = "grpo"                 # this recipe
 
   c.num_updates = 60              # updates (one group rollout each)
@@ -76,13 +78,13 @@ def default_config() -> ml_collections.ConfigDict:
   c.use_reference_kl = False      # penalise KL to the frozen initial policy
   c.kl_coef = 0.0                 # its weight, used when use_reference_kl (a traced hparam)
   c.checkpoint_every = 20         # updates between checkpoints (k * chunk_updates)
-  common.add_network_kind(c)      # network.kind (mlp | gru | transformer) and its fields
+  train_lib.add_network_kind(c)      # network.kind (mlp | gru | transformer) and its fields
   return c
 
 
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first GRPO-specific field that cannot run."""
-  req = common.require
+  req = train_lib.require
   req(int(config.group_size) >= 2, "group_size",
       f"a group needs at least 2 rollouts to compare, got {config.group_size}")
   for f in ("num_tasks", "horizon", "num_updates", "update_epochs", "num_minibatches"):
@@ -97,7 +99,7 @@ def validate_fields(config) -> None:
   req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
   for f in ("ent_coef", "kl_coef"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
-  if config.get("prm") is not None:   # optional PRM shaping (credit_jax/prm.py)
+  if config.get("prm") is not None:   # optional PRM shaping (credit_jax/addons/prm.py)
     prm.validate_config(config.prm, req)
   curriculum.validate(config)
   # Recipes built on these fields (grpo_hindsight, search_then_train) run MLPs only.
@@ -106,7 +108,7 @@ def validate_fields(config) -> None:
 
 def validate_config(config) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  common.validate(config, "grpo", validate_fields)
+  train_lib.validate(config, "grpo", validate_fields)
 
 
 def aggregate(x, valid, kind: str):
@@ -126,7 +128,7 @@ def settings(config):
   with_success, use_kl, advantage kind, loss aggregation)`."""
   return (int(config.num_tasks), int(config.group_size), int(config.horizon),
           int(config.num_minibatches), int(config.update_epochs), int(config.num_updates),
-          common.make_optimizer(config), episodes.has_success(config),
+          train_lib.make_optimizer(config), episodes.has_success(config),
           bool(config.use_reference_kl), str(config.advantage), str(config.loss_aggregation))
 
 
@@ -136,15 +138,15 @@ def surrogate_loss(logits, ref_logits, mb, hp, agg: str):
 
   `mb` holds `actions`, `log_probs` (at collection), `advantages` and `valid`, `[T, n, K]`.
   """
-  log_probs = networks.categorical_log_prob(logits, mb["actions"])   # [T, n, K]
+  log_probs = nets.categorical_log_prob(logits, mb["actions"])   # [T, n, K]
   pg, clipped, approx_kl = losses.clipped_surrogate(
       log_probs, mb["log_probs"], mb["advantages"], hp["clip_eps"])
-  entropy = networks.categorical_entropy(logits)
+  entropy = nets.categorical_entropy(logits)
   valid = mb["valid"]
   loss = aggregate(pg, valid, agg) - hp["ent_coef"] * aggregate(entropy, valid, agg)
   kl = jnp.zeros(())
   if ref_logits is not None:
-    ref_log_probs = networks.categorical_log_prob(ref_logits, mb["actions"])
+    ref_log_probs = nets.categorical_log_prob(ref_logits, mb["actions"])
     kl = aggregate(losses.kl_to_reference(log_probs, ref_log_probs), valid, agg)
     loss = loss + hp["kl_coef"] * kl
   return loss, {"policy_loss": aggregate(pg, valid, agg), "kl_ref": kl,
@@ -153,17 +155,17 @@ def surrogate_loss(logits, ref_logits, mb, hp, agg: str):
                 "approx_kl": episodes.masked_mean(approx_kl, valid)}
 
 
-def make_train(config) -> common.Train:
-  """`Train` for GRPO on `config.env_name`; see `common.Train` for how to call it."""
+def make_train(config) -> train_lib.Train:
+  """`Train` for GRPO on `config.env_name`; see `train_lib.Train` for how to call it."""
   validate_config(config)
   if grpo_sequence.network_kind(config) != "mlp":   # gru | transformer: with memory
     return grpo_sequence.make_train(config, HPARAMS, surrogate_loss, settings(config))
   # Curriculum hook: the env's episode length becomes a traced param set per update.
   env, env_params = (curriculum.make_env(config) if curriculum.enabled(config)
-                     else common.make_env(config))
+                     else train_lib.make_env(config))
   cur = curriculum.Curriculum(config, env_params) if curriculum.enabled(config) else None
-  network, obs_shape = common.make_network(config, env, env_params, value_head=False)
-  policy_fn = networks.make_policy_fn(network)
+  network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)
+  policy_fn = nets.make_policy_fn(network)
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
    kind, agg) = settings(config)
   shaper = prm.make_shaper(config, env, env_params, network)  # None unless prm.enabled
@@ -176,7 +178,7 @@ def make_train(config) -> common.Train:
       if cur:
         aux["curriculum"] = cur.init()
       return {**aux, **shaper.init(keys[0])} if shaper is not None else aux
-    return common.init_train_state(network, key, obs_shape, hp, optimizer, aux_fn,
+    return train_lib.init_train_state(network, key, obs_shape, hp, optimizer, aux_fn,
                                    aux_keys=1 if shaper is not None else 0)
 
   def loss_fn(params, mb, ref_params, hp):
@@ -198,20 +200,20 @@ def make_train(config) -> common.Train:
         shaper, kind, state.aux, traj, returns, hp, k_perm, state.update, state.params)
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "advantages": step_adv, "valid": valid}
-    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
     ref_params = aux.get("ref_params")
 
     # Minibatches split the task axis (axis 1), so every group stays whole.
-    params, opt_state, metrics = common.minibatch_epochs(
+    params, opt_state, metrics = train_lib.minibatch_epochs(
         lambda p, mb: loss_fn(p, mb, ref_params, hp), state.params, state.opt_state,
         data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
     aux, metrics = update_metrics(metrics, aux, traj, returns, degenerate, lr, prm_metrics,
                                   cur, stage if cur else None, with_success)
-    return common.TrainState(params=params, opt_state=opt_state, key=key,
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=aux), metrics
 
-  return common.Train(
+  return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={**{k: config[k] for k in HPARAMS},
                        **(shaper.hparams if shaper is not None else {})}, num_updates=n_updates,
@@ -237,7 +239,7 @@ def step_advantages(shaper, kind: str, aux, traj, returns, hp, k_perm, update,
   if shaper is not None:   # PRM shaping (prm.py): outcome_w * outcome + w * agg PRM
     scores, aux, prm_metrics, bonus = shaper.shape(
         aux, traj, returns, hp, jax.random.fold_in(k_perm, 2), update, policy_params)
-  adv, degenerate = cj.group_advantages(scores, kind=kind)             # [N, K], [N]
+  adv, degenerate = baselines.group_advantages(scores, kind=kind)             # [N, K], [N]
   step_adv = jnp.broadcast_to(adv[None], traj.valid.shape)             # [T, N, K]
   if bonus is not None:   # per-step PRM credit (form "step"; zeros otherwise)
     step_adv = step_adv + bonus

@@ -41,9 +41,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-import credit_jax as cj
-from credit_jax import curriculum, envs, hindsight, networks, rollout
-from credit_jax.algos import common, dqn, grpo, losses
+from credit_jax import baselines, envs
+from credit_jax.addons import curriculum
+from credit_jax import envs, hindsight, nets, rollout
+from credit_jax.algos import train as train_lib, dqn, grpo, losses
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "relabel_weight",
            "relabel_threshold", "relabel_ramp", "rho_clip", "importance_weighted")
@@ -71,7 +72,7 @@ def default_config() -> ml_collections.ConfigDict:
   c = dqn.add_relabel_fields(grpo.default_config())
   c.algo = "grpo_hindsight"       # this recipe
   c.env_name = "GoalGrid-v0"      # a goal environment
-  c.env_kwargs = ml_collections.ConfigDict()  # overrides passed to cj.envs.make
+  c.env_kwargs = ml_collections.ConfigDict()  # overrides passed to envs.make
   c.env_kwargs.size = 9           # grid side
   c.env_kwargs.targets = "all"    # every cell can be the goal
   c.env_kwargs.max_steps_in_episode = 18  # time limit
@@ -94,7 +95,7 @@ def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first recipe-specific field that cannot run."""
   curriculum.refuse(config, "grpo_hindsight")   # a `curriculum` block is refused, not ignored
   grpo.validate_fields(config)
-  req = common.require
+  req = train_lib.require
   req(config.relabel in MODES, "relabel", f"must be one of {MODES}, got {config.relabel!r}")
   req(config.relabel_strategy in ("final", "episode"), "relabel_strategy",
       f"on-policy relabeling needs whole episodes: 'final' or 'episode', got "
@@ -111,30 +112,30 @@ def validate_fields(config) -> None:
 
 def validate_config(config) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  common.validate(config, "grpo_hindsight", validate_fields)
+  train_lib.validate(config, "grpo_hindsight", validate_fields)
 
 
-def make_train(config) -> common.Train:
+def make_train(config) -> train_lib.Train:
   """`Train` for GRPO(+hindsight) on goal environment `config.env_name`."""
   validate_config(config)
-  env, env_params = common.make_env(config)
+  env, env_params = train_lib.make_env(config)
   env = envs.DesiredGoalWrapper(env)
-  network, obs_shape = common.make_network(config, env, env_params, value_head=False)
-  policy_fn = networks.make_policy_fn(network)
+  network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)
+  policy_fn = nets.make_policy_fn(network)
   num_tasks, group, horizon = int(config.num_tasks), int(config.group_size), int(config.horizon)
   n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
-  n_updates, optimizer = int(config.num_updates), common.make_optimizer(config)
+  n_updates, optimizer = int(config.num_updates), train_lib.make_optimizer(config)
   kind = str(config.advantage)
   strategy, num_goals = str(config.relabel_strategy), int(config.relabel_goals)
   ema_decay = float(config.success_ema)
 
   def init_fn(key, hp):
-    return common.init_train_state(network, key, obs_shape, hp, optimizer,
+    return train_lib.init_train_state(network, key, obs_shape, hp, optimizer,
                                    lambda params: {"success_ema": jnp.zeros(())})
 
   def log_probs_of(params, obs, actions):
     logits, _ = network.apply(params, obs)
-    return logits, networks.categorical_log_prob(logits, actions)
+    return logits, nets.categorical_log_prob(logits, actions)
 
   def loss_fn(params, mb, hp):
     logits, log_probs = log_probs_of(params, mb["obs"], mb["actions"])
@@ -142,7 +143,7 @@ def make_train(config) -> common.Train:
     # add gradient on top of GRPO's instead of diluting it.
     w = mb["weights"]
     return losses.weighted_clipped_policy_loss(
-        log_probs, mb["log_probs"], mb["advantages"], networks.categorical_entropy(logits),
+        log_probs, mb["log_probs"], mb["advantages"], nets.categorical_entropy(logits),
         w, jnp.sum(w[..., 0]), hp["clip_eps"], hp["ent_coef"])
 
   def relabeled_examples(state, traj, returns, key, weight, hp):
@@ -181,7 +182,7 @@ def make_train(config) -> common.Train:
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
     success = jnp.mean((returns > 0).astype(jnp.float32))
     ema = ema_decay * state.aux["success_ema"] + (1.0 - ema_decay) * success
-    adv, degenerate = cj.group_advantages(returns, kind=kind)          # [N, K]
+    adv, degenerate = baselines.group_advantages(returns, kind=kind)          # [N, K]
     # Copy axis M last: [T, N, K, M], M = 1 (original) + relabeled goals.
     data = {"obs": traj.obs[:, :, :, None], "actions": traj.actions[..., None],
             "log_probs": traj.log_probs[..., None],
@@ -191,10 +192,10 @@ def make_train(config) -> common.Train:
                                         hp["relabel_threshold"], hp["relabel_ramp"])
     rel_data, rel_metrics = relabeled_examples(state, traj, returns, k_rel, weight, hp)
     data = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=3), data, rel_data)
-    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
 
     # Minibatches split the task axis (axis 1), so groups and their relabels stay whole.
-    params, opt_state, metrics = common.minibatch_epochs(
+    params, opt_state, metrics = train_lib.minibatch_epochs(
         lambda p, mb: loss_fn(p, mb, hp), state.params, state.opt_state, data, k_perm,
         num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
@@ -204,10 +205,10 @@ def make_train(config) -> common.Train:
         "relabel_weight": weight,
         "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
         "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()})
-    return common.TrainState(params=params, opt_state=opt_state, key=key,
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux={"success_ema": ema}), metrics
 
-  return common.Train(
+  return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={**{k: config[k] for k in HPARAMS if k in config},
                        **mode_hparams(config.relabel, config.relabel_weight)},

@@ -13,8 +13,8 @@
     log-probs are the rollout's (up to float rounding);
   * the frozen reference policy of the KL penalty is replayed the same way.
 
-PRM shaping (`config.prm`, `credit_jax/prm.py`) and a curriculum (`config.curriculum`,
-`credit_jax/curriculum.py`) hook in where `grpo.py` hooks them (the PRM scores the
+PRM shaping (`config.prm`, `credit_jax/addons/prm.py`) and a curriculum (`config.curriculum`,
+`credit_jax/addons/curriculum.py`) hook in where `grpo.py` hooks them (the PRM scores the
 episodes' observations and actions, not the policy's memory; the curriculum sets each
 update's episode length), with the same hparams, aux entries and metrics.
 
@@ -31,9 +31,10 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from credit_jax import curriculum, prm, rollout
-from credit_jax import sequence_networks as sn
-from credit_jax.algos import common, ppo_sequence
+from credit_jax.addons import curriculum, prm
+from credit_jax import rollout
+from credit_jax.nets import sequence as sn
+from credit_jax.algos import train as train_lib, ppo_sequence
 from credit_jax.types import PolicyState
 
 NETWORK_KINDS = ("mlp",) + sn.KINDS
@@ -47,7 +48,7 @@ def network_kind(config) -> str:
 def validate_network(config, sequence_ok: bool = True) -> None:
   """The network fields; raises `ConfigError` naming the field. `sequence_ok=False`: the
   recipe runs MLPs only (kind must be "mlp")."""
-  req = common.require
+  req = train_lib.require
   kind = network_kind(config)
   req(kind in NETWORK_KINDS, "network.kind", f"must be one of {NETWORK_KINDS}, got {kind!r}")
   req(sequence_ok or kind == "mlp", "network.kind",
@@ -86,15 +87,15 @@ def replay_logits(network, params, traj_obs, prev_actions, prev_rewards, starts)
 
 
 def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
-               static: tuple) -> common.Train:
+               static: tuple) -> train_lib.Train:
   """`Train` for GRPO with a sequence network; `grpo.make_train` calls it (validated)
   with its loss (`grpo.surrogate_loss`) and static settings (`grpo.settings(config)`)."""
   # grpo.py imports this module: its shared update pieces are reached at call time.
-  from credit_jax.algos import grpo  # pylint: disable=import-outside-toplevel
-  # Curriculum hook (credit_jax/curriculum.py), as grpo.py: the env's episode length is
+  from credit_jax.algos import grpo
+  # Curriculum hook (credit_jax/addons/curriculum.py), as grpo.py: the env's episode length is
   # a traced param set per update.
   env, env_params = (curriculum.make_env(config) if curriculum.enabled(config)
-                     else common.make_env(config))
+                     else train_lib.make_env(config))
   cur = curriculum.Curriculum(config, env_params) if curriculum.enabled(config) else None
   network, obs_shape = ppo_sequence.make_network(config, env, env_params)
   policy = sn.make_sequence_policy(network, value=False)
@@ -112,7 +113,7 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
       aux["curriculum"] = cur.init()
     if shaper is not None:
       aux.update(shaper.init(k_prm))
-    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=k_run,
                              update=jnp.zeros((), jnp.int32), aux=aux)
 
   def loss_fn(params, mb, ref_params, hp):
@@ -139,20 +140,20 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
     data = {"obs": traj.obs, "prev_actions": prev_a, "prev_rewards": prev_r,
             "starts": starts, "actions": traj.actions, "log_probs": traj.log_probs,
             "advantages": step_adv, "valid": valid}
-    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
     ref_params = aux.get("ref_params")
     # Minibatches split the task axis (axis 1): every group, every episode stays whole.
-    params, opt_state, metrics = common.minibatch_epochs(
+    params, opt_state, metrics = train_lib.minibatch_epochs(
         lambda p, mb: loss_fn(p, mb, ref_params, hp), state.params, state.opt_state,
         data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
     aux, metrics = grpo.update_metrics(metrics, aux, traj, returns, degenerate, lr,
                                        prm_metrics, cur, stage if cur else None,
                                        with_success)
-    return common.TrainState(params=params, opt_state=opt_state, key=key,
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=aux), metrics
 
-  return common.Train(
+  return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={**{k: config[k] for k in hparam_names},
                        **(shaper.hparams if shaper is not None else {})},

@@ -49,8 +49,9 @@ import ml_collections
 import numpy as np
 from gymnax.environments import environment, spaces
 
-from credit_jax import curriculum, networks, rollout
-from credit_jax.algos import common, losses
+from credit_jax.addons import curriculum
+from credit_jax import nets, rollout
+from credit_jax.algos import train as train_lib, losses
 from credit_jax.types import PresampledPolicy
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "manager_gamma", "relabel_weight")
@@ -59,7 +60,7 @@ NUM_MOVES = 4
 
 def default_config() -> ml_collections.ConfigDict:
   """Manager/worker on GoalGrid-v0 16x16, goals the four corners, 192 steps, K = 16."""
-  c = common.base_config()
+  c = train_lib.base_config()
   c.algo = "hierarchy"            # this recipe
   c.env_name = "GoalGrid-v0"      # a grid goal environment (cells as goals)
   c.env_kwargs.size = 16          # grid side
@@ -85,7 +86,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first recipe-specific field that cannot run."""
-  req = common.require
+  req = train_lib.require
   curriculum.refuse(config, "hierarchy")
   req(config.env_name == "GoalGrid-v0", "env_name",
       f"the manager picks grid cells: GoalGrid-v0 only, got {config.env_name!r}")
@@ -111,7 +112,7 @@ def validate_fields(config) -> None:
 
 def validate_config(config) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  common.validate(config, "hierarchy", validate_fields)
+  train_lib.validate(config, "hierarchy", validate_fields)
 
 
 def subgoal_cells(size: int, stride: int) -> np.ndarray:
@@ -252,7 +253,7 @@ class Pair:
 
   def __init__(self, config, wrapped: SubgoalWrapper, size: int):
     net = config.network
-    mk = lambda a: networks.ActorCritic(   # noqa: E731
+    mk = lambda a: nets.ActorCritic(   # noqa: E731
         num_actions=a, hidden_sizes=tuple(net.hidden_sizes), activation=net.activation,
         shared_torso=net.shared_torso, value_head=False, obs_rank=1)
     self.manager, self.worker = mk(wrapped.num_subgoals), mk(NUM_MOVES)
@@ -287,8 +288,8 @@ class Pair:
                               jax.nn.one_hot(self.cell_index[sub], self.cells2)])
       w_logits, _ = self.worker.apply(params["worker"], w_in)
       move = jnp.argmax(w_logits + noise[g:]).astype(jnp.int32)
-      log_prob = (networks.categorical_log_prob(w_logits, move)
-                  + jnp.where(start, networks.categorical_log_prob(m_logits, sub), 0.0))
+      log_prob = (nets.categorical_log_prob(w_logits, move)
+                  + jnp.where(start, nets.categorical_log_prob(m_logits, sub), 0.0))
       return sub * NUM_MOVES + move, log_prob, {}
     return PresampledPolicy(draw=draw, act=act)
 
@@ -296,9 +297,9 @@ class Pair:
 def _clipped(logits, actions, old, adv, weights, norm, hp):
   """Weighted clipped surrogate minus entropy, summed and divided by `norm`; and the
   entropy's weighted mean."""
-  log_probs = networks.categorical_log_prob(logits, actions)
+  log_probs = nets.categorical_log_prob(logits, actions)
   pg, _, _ = losses.clipped_surrogate(log_probs, old, adv, hp["clip_eps"])
-  ent = networks.categorical_entropy(logits)
+  ent = nets.categorical_entropy(logits)
   loss = jnp.sum(weights * (pg - hp["ent_coef"] * ent)) / jnp.maximum(norm, 1.0)
   return loss, jnp.sum(weights * ent) / jnp.maximum(jnp.sum(weights), 1.0)
 
@@ -322,7 +323,7 @@ def build_data(pair, params, traj, hp, k: int, relabel: bool):
   _, seg_ret, seg_valid = segment_returns(traj.rewards, valid, k, hp["manager_gamma"])
   m_adv = segment_advantages(seg_ret, seg_valid)                        # [J, N, G]
   m_obs, m_act = inner[::k], sub[::k]
-  m_old = networks.categorical_log_prob(pair.manager.apply(params["manager"], m_obs)[0],
+  m_old = nets.categorical_log_prob(pair.manager.apply(params["manager"], m_obs)[0],
                                         m_act)
   # Worker: steps up to the first reach of the subgoal; advantage success - mean success.
   w_mask, reached = first_hit_mask(ach_idx == sub_idx, valid, k)
@@ -345,7 +346,7 @@ def build_data(pair, params, traj, hp, k: int, relabel: bool):
     advs = advs.at[1].set(jnp.where(r_mask, 1.0 - rate, 0.0))
     rel_frac = jnp.sum(use * sv) / jnp.maximum(jnp.sum(sv), 1.0)
   both = jnp.stack([moves, moves])
-  w_old = networks.categorical_log_prob(
+  w_old = nets.categorical_log_prob(
       pair.worker.apply(params["worker"], pair.worker_obs(cell[None], goals))[0], both)
   to_axis2 = lambda x: jnp.moveaxis(x, 0, 2)   # noqa: E731  [2, T, N, G] -> [T, N, 2, G]
   data = {"m_obs": m_obs, "m_act": m_act, "m_old": m_old, "m_adv": m_adv, "m_valid": sv,
@@ -355,10 +356,10 @@ def build_data(pair, params, traj, hp, k: int, relabel: bool):
   return data, metrics
 
 
-def make_train(config) -> common.Train:
+def make_train(config) -> train_lib.Train:
   """`Train` for the manager/worker pair on `config.env_name`."""
   validate_config(config)
-  inner_env, env_params = common.make_env(config)
+  inner_env, env_params = train_lib.make_env(config)
   size = int(inner_env.size)
   env = SubgoalWrapper(inner_env, subgoal_cells(size, int(config.subgoal_stride)),
                        int(config.segment_length))
@@ -367,13 +368,13 @@ def make_train(config) -> common.Train:
   num_tasks, group, horizon = int(config.num_tasks), int(config.group_size), int(config.horizon)
   n_mb, n_epochs, n_updates = (int(config.num_minibatches), int(config.update_epochs),
                                int(config.num_updates))
-  optimizer = common.make_optimizer(config)
+  optimizer = train_lib.make_optimizer(config)
   k, relabel = int(config.segment_length), bool(config.worker_relabel)
 
   def init_fn(key, hp):
     k_params, k_run = jax.random.split(key)
     params = pair.init(k_params)
-    return common.TrainState(params=params, opt_state=optimizer.init(params, hp["max_grad_norm"]),
+    return train_lib.TrainState(params=params, opt_state=optimizer.init(params, hp["max_grad_norm"]),
                              key=k_run, update=jnp.zeros((), jnp.int32), aux={})
 
   def loss_fn(params, mb, hp):
@@ -394,8 +395,8 @@ def make_train(config) -> common.Train:
     valid = traj.valid
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, G]
     data, extra = build_data(pair, state.params, traj, hp, k, relabel)
-    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-    params, opt_state, metrics = common.minibatch_epochs(
+    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    params, opt_state, metrics = train_lib.minibatch_epochs(
         lambda p, mb: loss_fn(p, mb, hp), state.params, state.opt_state, data, k_perm,
         num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
@@ -405,10 +406,10 @@ def make_train(config) -> common.Train:
         "success": jnp.mean((returns > 0).astype(jnp.float32)),
         "env_steps": jnp.sum(valid).astype(jnp.float32),
         "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()})
-    return common.TrainState(params=params, opt_state=opt_state, key=key,
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux={}), metrics
 
-  return common.Train(
+  return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k_: config[k_] for k_ in HPARAMS}, num_updates=n_updates,
       env_steps_per_update=num_tasks * group * horizon,

@@ -12,7 +12,7 @@ from typing import Tuple
 import jax
 import jax.numpy as jnp
 
-from credit_jax import networks
+from credit_jax import nets
 
 Array = jax.Array
 
@@ -136,13 +136,13 @@ def ppo_objective(logits: Array, values: Array, mb, hp, clip_value: bool):
   if logits.shape[:-1] != values.shape:
     raise ValueError(f"logits [..., A] and values [...] disagree: {logits.shape}, "
                      f"{values.shape}")
-  log_probs = networks.categorical_log_prob(logits, mb["actions"])
+  log_probs = nets.categorical_log_prob(logits, mb["actions"])
   adv = mb["advantages"]
   adv = (adv - adv.mean()) / (adv.std() + 1e-8)
   pg, clipped, approx_kl = clipped_surrogate(log_probs, mb["log_probs"], adv, hp["clip_eps"])
   v_loss = value_loss(values, mb["targets"], mb["values"],
                       hp["clip_eps"] if clip_value else None)
-  entropy = networks.categorical_entropy(logits).mean()
+  entropy = nets.categorical_entropy(logits).mean()
   loss = pg.mean() + hp["vf_coef"] * v_loss.mean() - hp["ent_coef"] * entropy
   return loss, {"policy_loss": pg.mean(), "value_loss": v_loss.mean(),
                 "entropy": entropy, "approx_kl": approx_kl.mean(),

@@ -18,7 +18,7 @@ policy solved (both carry the previous value when no episode ended).
 Hyperparameters in `hparams` (traced, sweepable by vmap): lr, gamma, gae_lambda,
 clip_eps, ent_coef, vf_coef, max_grad_norm.
 
-Curriculum (`config.curriculum`, absent by default; see `credit_jax/curriculum.py`): the
+Curriculum (`config.curriculum`, absent by default; see `credit_jax/addons/curriculum.py`): the
 episode length `horizon` of KeyChain-v0 chosen per update (fixed, gated, or PLR scored by
 learnability or by value loss from this update's GAE), applied to the episodes that start
 in that update; adds `curriculum_stage`, `curriculum_value` and `env_steps`.
@@ -31,7 +31,7 @@ trained by `credit_jax.algos.ppo_sequence` (minibatches over whole environment w
 GRU critic, the reverse, a critic that also sees the environment's ground-truth state),
 trained by `credit_jax.algos.ppo_critics`. `config.gae_gradient_every = N > 0` adds
 metrics `gae_grad_*` every N updates: the GAE policy gradient under the critic against
-KeyChain's exact gradient (`credit_jax/gae_gradient.py`).
+KeyChain's exact gradient (`credit_jax/addons/gae_probe.py`).
 """
 from __future__ import annotations
 
@@ -39,9 +39,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-import credit_jax as cj
-from credit_jax import curriculum, networks, prm, rollout
-from credit_jax.algos import common, episodes, losses, ppo_critics, ppo_sequence
+from credit_jax import returns
+from credit_jax.addons import curriculum, prm
+from credit_jax import nets, rollout
+from credit_jax.algos import train as train_lib, losses, ppo_critics, ppo_sequence
+from credit_jax import episodes
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
 NETWORK_KINDS = ("mlp", "gru", "transformer")
@@ -54,7 +56,7 @@ def network_kind(config) -> str:
 
 def default_config() -> ml_collections.ConfigDict:
   """PPO on CartPole-v1 with PureJaxRL's settings (reaches return ~500 in 5e5 steps)."""
-  c = common.base_config()
+  c = train_lib.base_config()
   c.algo = "ppo"                  # this recipe
   c.env_name = "CartPole-v1"      # any id of credit_jax.envs.registered_envs()
 
@@ -69,13 +71,13 @@ def default_config() -> ml_collections.ConfigDict:
   c.max_grad_norm = 0.5           # global gradient-norm clip (a traced hparam)
   c.gamma = 0.99                  # discount (a traced hparam)
   c.gae_lambda = 0.95             # GAE lambda (a traced hparam)
-  c.gae_method = "auto"           # cj.gae method: "scan", "associative" or "auto"
+  c.gae_method = "auto"           # returns.gae method: "scan", "associative" or "auto"
   c.clip_eps = 0.2                # PPO ratio clip, also the value clip (a traced hparam)
   c.clip_value_loss = True        # clip the value update around the rollout's values
   c.ent_coef = 0.01               # entropy bonus weight (a traced hparam)
   c.vf_coef = 0.5                 # value loss weight (a traced hparam)
 
-  common.add_network_kind(c)      # network.kind (mlp | gru | transformer) and its fields
+  train_lib.add_network_kind(c)      # network.kind (mlp | gru | transformer) and its fields
   ppo_critics.add_critic_fields(c)  # network.critic_kind, network.critic_oracle
   ppo_sequence.add_fields(c)      # network.bptt_chunk (GRU truncated BPTT; 0: off)
 
@@ -90,7 +92,7 @@ def num_updates(config) -> int:
 
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first PPO-specific field that cannot run."""
-  req = common.require
+  req = train_lib.require
   for f in ("num_envs", "num_steps", "update_epochs", "num_minibatches"):
     req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
   batch = config.num_envs * config.num_steps
@@ -113,9 +115,9 @@ def validate_fields(config) -> None:
   if kind != "mlp":
     ppo_sequence.validate_config(config)
   ppo_critics.validate_fields(config)
-  curriculum.validate_ppo(config)   # curriculum hook (credit_jax/curriculum.py)
+  curriculum.validate_ppo(config)   # curriculum hook (credit_jax/addons/curriculum.py)
   prm_on = config.get("prm") is not None and bool(config.prm.get("enabled", False))
-  if config.get("prm") is not None:   # optional PRM shaping (credit_jax/prm.py)
+  if config.get("prm") is not None:   # optional PRM shaping (credit_jax/addons/prm.py)
     prm.validate_config(config.prm, req)
     req(kind == "mlp" or not prm_on, "network.kind", "PRM shaping needs 'mlp'")
     req(not prm_on or config.prm.form in prm.PPO_FORMS, "prm.form",
@@ -127,7 +129,7 @@ def validate_fields(config) -> None:
 
 def validate_config(config) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  common.validate(config, "ppo", validate_fields)
+  train_lib.validate(config, "ppo", validate_fields)
 
 
 def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
@@ -189,7 +191,7 @@ def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
     for j, h in enumerate(hits):
       final_values = jnp.where(h, v_final[j][None], final_values)
   discounts = jnp.full_like(traj.rewards, gamma)
-  advantages = cj.gae(traj.rewards, discounts, values_tp1, gae_lambda,
+  advantages = returns.gae(traj.rewards, discounts, values_tp1, gae_lambda,
                       terminated=traj.terminated, truncated=traj.truncated,
                       final_values=final_values, method=method)
   if hits is not None:
@@ -198,8 +200,8 @@ def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
   return advantages, values
 
 
-def make_train(config) -> common.Train:
-  """`Train` for PPO on `config.env_name`; see `common.Train` for how to call it."""
+def make_train(config) -> train_lib.Train:
+  """`Train` for PPO on `config.env_name`; see `train_lib.Train` for how to call it."""
   validate_config(config)
   if ppo_critics.separate_critic(config):
     return ppo_critics.with_gae_gradient(config, ppo_critics.make_train(
@@ -208,16 +210,16 @@ def make_train(config) -> common.Train:
     return ppo_sequence.make_train(config, HPARAMS, num_updates(config))
   # Curriculum hook: the episode length becomes a traced param set per update.
   cur_on = curriculum.enabled(config)
-  env, env_params = (curriculum.make_env(config) if cur_on else common.make_env(config))
+  env, env_params = (curriculum.make_env(config) if cur_on else train_lib.make_env(config))
   cur = curriculum.Curriculum(config, env_params) if cur_on else None
-  network, obs_shape = common.make_network(config, env, env_params, value_head=True)
+  network, obs_shape = train_lib.make_network(config, env, env_params, value_head=True)
   # The rollout samples actions only; values come from one pass after it.
-  policy_fn = networks.make_policy_fn(network, value=False)
+  policy_fn = nets.make_policy_fn(network, value=False)
   n_updates = num_updates(config)
   num_envs, num_steps = int(config.num_envs), int(config.num_steps)
   batch = num_envs * num_steps
   n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
-  optimizer = common.make_optimizer(config)
+  optimizer = train_lib.make_optimizer(config)
   with_success = episodes.has_success(config)
   clip_value = bool(config.clip_value_loss)
   gae_method = str(config.gae_method)
@@ -244,7 +246,7 @@ def make_train(config) -> common.Train:
     return aux
 
   def init_fn(key, hp):
-    return common.init_train_state(network, key, obs_shape, hp, optimizer, init_aux,
+    return train_lib.init_train_state(network, key, obs_shape, hp, optimizer, init_aux,
                                    aux_keys=1)
 
   def loss_fn(params, mb, hp):
@@ -272,9 +274,9 @@ def make_train(config) -> common.Train:
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "values": values, "advantages": advantages, "targets": advantages + values}
     data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:]), data)
-    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
 
-    params, opt_state, metrics = common.minibatch_epochs(
+    params, opt_state, metrics = train_lib.minibatch_epochs(
         lambda p, mb: loss_fn(p, mb, hp), params, state.opt_state, data, k_perm,
         num_epochs=n_epochs, num_minibatches=n_mb, axis=0, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
@@ -297,10 +299,10 @@ def make_train(config) -> common.Train:
       metrics.update(cur.metrics(new_aux["curriculum"], stage),
                      env_steps=jnp.float32(batch))
     aux = new_aux
-    return common.TrainState(params=params, opt_state=opt_state, key=key,
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=aux), metrics
 
-  return ppo_critics.with_gae_gradient(config, common.Train(
+  return ppo_critics.with_gae_gradient(config, train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={**{k: config[k] for k in HPARAMS},
                        **(shaper.hparams if shaper is not None else {})},

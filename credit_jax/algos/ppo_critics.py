@@ -28,7 +28,7 @@ its final observation under the carry at that step (`ppo_sequence.values_and_adv
 With two MLPs, minibatches shuffle steps and GAE is `ppo.advantages_with_boundaries`.
 
 `make_ppo_measure(config)` measures PPO's GAE policy gradient under its critic against
-KeyChain's exact gradient (`credit_jax/gae_gradient.py`); `config.gae_gradient_every`
+KeyChain's exact gradient (`credit_jax/gae_probe.py`); `config.gae_gradient_every`
 makes `ppo.make_train` report it every N updates (`with_gae_gradient`).
 """
 from __future__ import annotations
@@ -43,9 +43,11 @@ import ml_collections
 import numpy as np
 from gymnax.environments import environment, spaces
 
-from credit_jax import envs, gae_gradient, networks, rollout
-from credit_jax import sequence_networks as sn
-from credit_jax.algos import common, episodes, losses, ppo_sequence
+from credit_jax import envs, nets, rollout
+from credit_jax.addons import gae_probe
+from credit_jax.nets import sequence as sn
+from credit_jax.algos import train as train_lib, losses, ppo_sequence
+from credit_jax import episodes
 from credit_jax.types import PolicyState, PresampledPolicy, SequencePolicy
 
 CRITIC_KINDS = ("same", "mlp", "gru", "transformer")
@@ -78,14 +80,14 @@ def separate_critic(config) -> bool:
 
 def validate_fields(config) -> None:
   """The critic fields; raises `ConfigError` naming the field. Nothing is compiled."""
-  req = common.require
+  req = train_lib.require
   raw = config.network.get("critic_kind", "same")
   req(raw in CRITIC_KINDS, "network.critic_kind",
       f"must be one of {CRITIC_KINDS}, got {raw!r}")
   oracle = config.network.get("critic_oracle", False)
   req(isinstance(oracle, (bool, np.bool_)), "network.critic_oracle",
       f"must be True or False, got {oracle!r}")
-  gae_gradient.validate_config(config)
+  gae_probe.validate_config(config)
   if not separate_critic(config):
     return
   req(not ppo_sequence.bptt_chunk(config), "network.bptt_chunk",
@@ -100,7 +102,7 @@ def validate_fields(config) -> None:
     try:
       env, _ = envs.make(config.env_name, **dict(config.get("env_kwargs", {}) or {}))
     except ValueError:
-      return   # common.validate reports the environment itself
+      return   # train_lib.validate reports the environment itself
     req(callable(getattr(env, "oracle_feature", None)), "network.critic_oracle",
         f"{config.env_name} has no oracle_feature(state) for an oracle-state critic "
         f"(KeyChain-v0 has one)")
@@ -174,11 +176,11 @@ class OracleFeatureWrapper(environment.Environment):
 
 
 def make_env(config):
-  """`(env, env_params, num_oracle)`: `common.make_env`'s environment, with the oracle
+  """`(env, env_params, num_oracle)`: `train_lib.make_env`'s environment, with the oracle
   features (`num_oracle` of them, 0 without `critic_oracle`) appended to each base
   observation, under the history window if any."""
   if not critic_oracle(config):
-    env, env_params = common.make_env(config)
+    env, env_params = train_lib.make_env(config)
     return env, env_params, 0
   env, env_params = envs.make(config.env_name, **dict(config.get("env_kwargs", {}) or {}))
   env = OracleFeatureWrapper(env)
@@ -199,7 +201,7 @@ class ValueMLP(nn.Module):
   def __call__(self, obs):
     keep = obs.ndim - self.obs_rank
     x = obs.reshape(obs.shape[:keep] + (-1,)).astype(jnp.float32)
-    x = networks.MLP(tuple(self.hidden_sizes), self.activation, name="v_torso")(x)
+    x = nets.MLP(tuple(self.hidden_sizes), self.activation, name="v_torso")(x)
     return nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0),
                     bias_init=nn.initializers.zeros)(x)[..., 0]
 
@@ -260,7 +262,7 @@ def make_parts(config, env, env_params, num_oracle: int) -> Tuple[Part, Part, tu
 
   def module(kind, actor):
     if kind == "mlp" and actor:
-      return networks.ActorCritic(num_actions=num_actions,
+      return nets.ActorCritic(num_actions=num_actions,
                                   hidden_sizes=tuple(net.hidden_sizes),
                                   activation=net.activation, shared_torso=net.shared_torso,
                                   value_head=False, obs_rank=rank)
@@ -282,11 +284,11 @@ def make_policy(actor: Part, critic: Part, layout: str):
   num_actions = int(actor.module.num_actions)
 
   def draw(key):
-    return networks.categorical_noise(key, num_actions)
+    return nets.categorical_noise(key, num_actions)
 
   def sample(logits, noise):
-    action = networks.categorical_sample_with_noise(logits, noise)
-    return action, networks.categorical_log_prob(logits, action)
+    action = nets.categorical_sample_with_noise(logits, noise)
+    return action, nets.categorical_log_prob(logits, action)
 
   if layout == "flat":
     def act_flat(params, obs, noise):
@@ -327,7 +329,7 @@ def values_and_advantages(critic: Part, critic_params, traj, start_state, next_o
   return advantages, values
 
 
-def make_train(config, hparam_names, n_updates: int, advantages_fn) -> common.Train:
+def make_train(config, hparam_names, n_updates: int, advantages_fn) -> train_lib.Train:
   """`Train` for PPO with a separate critic; `ppo.make_train` calls it with
   `ppo.advantages_with_boundaries` as `advantages_fn`."""
   validate_fields(config)
@@ -337,7 +339,7 @@ def make_train(config, hparam_names, n_updates: int, advantages_fn) -> common.Tr
   policy = make_policy(actor, critic, layout)
   num_envs, num_steps = int(config.num_envs), int(config.num_steps)
   n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
-  optimizer = common.make_optimizer(config)
+  optimizer = train_lib.make_optimizer(config)
   with_success = episodes.has_success(config)
   clip_value, gae_method = bool(config.clip_value_loss), str(config.gae_method)
   max_trunc = rollout.max_truncations(env, env_params, num_steps)
@@ -355,7 +357,7 @@ def make_train(config, hparam_names, n_updates: int, advantages_fn) -> common.Tr
     if with_success:
       aux.update(running_hits=jnp.zeros((num_envs,), jnp.float32),
                  last_success=jnp.zeros((), jnp.float32))
-    return common.TrainState(params=params, opt_state=optimizer.init(params,
+    return train_lib.TrainState(params=params, opt_state=optimizer.init(params,
                                                                      hp["max_grad_norm"]),
                              key=k_run, update=jnp.zeros((), jnp.int32), aux=aux)
 
@@ -401,8 +403,8 @@ def make_train(config, hparam_names, n_updates: int, advantages_fn) -> common.Tr
       data = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), data)     # [T, B] -> [B, T]
       data["carry"] = start.carry                                    # leaves [B, ...]
       new_aux["policy_state"] = end
-    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-    params, opt_state, metrics = common.minibatch_epochs(
+    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    params, opt_state, metrics = train_lib.minibatch_epochs(
         lambda p, mb: loss_fn(p, mb, hp), params, state.opt_state, data, k_perm,
         num_epochs=n_epochs, num_minibatches=n_mb, axis=0, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
@@ -411,10 +413,10 @@ def make_train(config, hparam_names, n_updates: int, advantages_fn) -> common.Tr
     metrics.update({**ep_metrics, "lr": lr, "value_mean": values.mean(),
                     "advantage_std": advantages.std()})
     new_aux.update(ep_carry)
-    return common.TrainState(params=params, opt_state=opt_state, key=key,
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=new_aux), metrics
 
-  return common.Train(
+  return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in hparam_names}, num_updates=n_updates,
       env_steps_per_update=num_envs * num_steps,
@@ -439,36 +441,36 @@ def episode_values(critic: Part, critic_params, traj):
 
 
 def make_ppo_measure(config):
-  """`measure(params, key, gamma, gae_lambda) -> {gae_gradient.STAT_NAMES: []}` on PPO's
+  """`measure(params, key, gamma, gae_lambda) -> {gae_probe.STAT_NAMES: []}` on PPO's
   parameters (`TrainState.params` of `ppo.make_train(config)`, one seed): the GAE policy
   gradient under PPO's critic against KeyChain's exact gradient
-  (`gae_gradient.make_measure`, `config.gae_gradient_episodes` fresh episodes). Needs an
+  (`gae_probe.make_measure`, `config.gae_gradient_episodes` fresh episodes). Needs an
   MLP actor on KeyChain-v0 with cue_delay 0 and no history window (ConfigError else)."""
   config = ml_collections.ConfigDict(config.to_dict())
   config.gae_gradient_every = max(1, int(config.get("gae_gradient_every", 0) or 0))
   config.chunk_updates = config.gae_gradient_every
-  gae_gradient.validate_config(config)
+  gae_probe.validate_config(config)
   episodes_n = int(config.get("gae_gradient_episodes", 256))
   if not separate_critic(config):
-    env, env_params = common.make_env(config)
-    network, _ = common.make_network(config, env, env_params, value_head=True)
-    inner = gae_gradient.make_measure(
+    env, env_params = train_lib.make_env(config)
+    network, _ = train_lib.make_network(config, env, env_params, value_head=True)
+    inner = gae_probe.make_measure(
         env, env_params, lambda p, o: network.apply(p, o)[0],
         lambda p, traj: network.apply(p, traj.obs)[1], episodes_n)
     return lambda params, key, gamma, lam: inner(params, params, key, gamma, lam)
   env, env_params, num_oracle = make_env(config)
   actor, critic, _ = make_parts(config, env, env_params, num_oracle)
 
-  inner = gae_gradient.make_measure(
+  inner = gae_probe.make_measure(
       env, env_params, lambda p, o: actor.module.apply(p, o)[0],
       lambda p, traj: episode_values(critic, p, traj), episodes_n)
   return lambda params, key, gamma, lam: inner(params["actor"], params["critic"], key,
                                               gamma, lam)
 
 
-def with_gae_gradient(config, train: common.Train) -> common.Train:
+def with_gae_gradient(config, train: train_lib.Train) -> train_lib.Train:
   """`train` itself when `config.gae_gradient_every` is 0 (absent); else a
-  `gae_gradient.MeasuredTrain` reporting `make_ppo_measure(config)` every N updates, at
+  `train_lib.MeasuredTrain` reporting `make_ppo_measure(config)` every N updates, at
   the state's parameters, with a key folded from the state's (training draws unchanged)."""
   every = int(config.get("gae_gradient_every", 0) or 0)
   if not every:
@@ -479,4 +481,4 @@ def with_gae_gradient(config, train: common.Train) -> common.Train:
     key = jax.random.fold_in(state.key, 0x6AE)
     return measure(state.params, key, hp["gamma"], hp["gae_lambda"])
 
-  return gae_gradient.MeasuredTrain(train, every, measure_state)
+  return train_lib.MeasuredTrain(train, every, measure_state, gae_probe.METRIC_PREFIX)

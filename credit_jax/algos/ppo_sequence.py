@@ -43,10 +43,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-import credit_jax as cj
-from credit_jax import fast_paths, gru, rollout
-from credit_jax import sequence_networks as sn
-from credit_jax.algos import common, episodes, losses
+from credit_jax import returns
+from credit_jax import fast_paths, rollout
+from credit_jax.nets import gru
+from credit_jax.nets import sequence as sn
+from credit_jax.algos import train as train_lib, losses
+from credit_jax import episodes
 
 
 def add_fields(c):
@@ -82,7 +84,7 @@ def make_network(config, env, env_params):
 
 def validate_config(config) -> None:
   """The sequence-network fields; raises `ConfigError` naming the field."""
-  req = common.require
+  req = train_lib.require
   net = config.network
   req(config.num_envs % config.num_minibatches == 0, "num_minibatches",
       f"a sequence network splits minibatches over environments: num_envs="
@@ -170,12 +172,12 @@ def _gae_after_window(network, params, traj, values, final_values, next_obs, nex
   """GAE [T, B] of a window from its values [T, B] and truncation bootstraps
   `final_values` [T, B], the last step bootstrapping from `next_obs` [B, ...] stepped
   under `next_state`; terminated steps do not bootstrap, truncated ones use
-  `final_values` (`cj.gae`)."""
+  `final_values` (`returns.gae`)."""
   _, _, next_values = jax.vmap(lambda c, o, a, r: network.apply(
       params, c, o, a, r, method="step"))(next_state.carry, next_obs,
                                           next_state.prev_action, next_state.prev_reward)
   values_tp1 = jnp.concatenate([values, next_values[None]], axis=0)      # [T + 1, B]
-  return cj.gae(traj.rewards, jnp.full_like(traj.rewards, gamma), values_tp1,
+  return returns.gae(traj.rewards, jnp.full_like(traj.rewards, gamma), values_tp1,
                 gae_lambda, terminated=traj.terminated, truncated=traj.truncated,
                 final_values=final_values, method=method)
 
@@ -243,10 +245,10 @@ def gru_values_and_advantages(network, params, traj, next_obs, next_state, gamma
   return advantages, values
 
 
-def make_train(config, hparam_names, n_updates: int) -> common.Train:
+def make_train(config, hparam_names, n_updates: int) -> train_lib.Train:
   """`Train` for PPO with a sequence network; `ppo.make_train` calls it."""
   validate_config(config)
-  env, env_params = common.make_env(config)
+  env, env_params = train_lib.make_env(config)
   network, obs_shape = make_network(config, env, env_params)
   is_gru = str(config.network.kind) == "gru"
   chunk = bptt_chunk(config)
@@ -262,7 +264,7 @@ def make_train(config, hparam_names, n_updates: int) -> common.Train:
   policy, _ = make_policy()
   num_envs, num_steps = int(config.num_envs), int(config.num_steps)
   n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
-  optimizer = common.make_optimizer(config)
+  optimizer = train_lib.make_optimizer(config)
   with_success = episodes.has_success(config)
   clip_value = bool(config.clip_value_loss)
   gae_method = str(config.gae_method)
@@ -280,7 +282,7 @@ def make_train(config, hparam_names, n_updates: int) -> common.Train:
     if with_success:
       aux.update(running_hits=jnp.zeros((num_envs,), jnp.float32),
                  last_success=jnp.zeros((), jnp.float32))
-    return common.TrainState(params=params, opt_state=opt_state, key=k_run,
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=k_run,
                              update=jnp.zeros((), jnp.int32), aux=aux)
 
   def update_fn(state, hp):
@@ -307,8 +309,8 @@ def make_train(config, hparam_names, n_updates: int) -> common.Train:
     data = jax.tree.map(batch_major, data)
     data["carry"] = (chunk_carries(start_state.carry, traj.extras["carry"], chunk)
                      if chunk else start_state.carry)   # leaves [B, T / L, ...] or [B, ...]
-    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-    params, opt_state, metrics = common.minibatch_epochs(
+    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    params, opt_state, metrics = train_lib.minibatch_epochs(
         lambda p, mb: _loss(network, clip_value, chunk, p, mb, hp), params, state.opt_state,
         data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=0, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
@@ -319,10 +321,10 @@ def make_train(config, hparam_names, n_updates: int) -> common.Train:
                     "advantage_std": advantages.std()})
     new_aux = {"env_state": env_state, "obs": obs, "policy_state": policy_state,
                **ep_carry}
-    return common.TrainState(params=params, opt_state=opt_state, key=key,
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=new_aux), metrics
 
-  return common.Train(
+  return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in hparam_names}, num_updates=n_updates,
       env_steps_per_update=num_envs * num_steps,

@@ -34,9 +34,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-import credit_jax as cj
-from credit_jax import networks, rollout
-from credit_jax.algos import common, episodes, grpo_sequence, losses, reinforce_sequence
+from credit_jax import returns
+from credit_jax import nets, rollout
+from credit_jax.algos import train as train_lib, grpo_sequence, losses, reinforce_sequence
+from credit_jax import episodes
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm")
 CREDITS = ("terminal", "rtg", "gae")
@@ -49,7 +50,7 @@ def needs_value(config) -> bool:
 
 def default_config() -> ml_collections.ConfigDict:
   """REINFORCE with returns-to-go and a leave-one-out baseline on KeyChain-v0 (T=20, k=2)."""
-  c = common.keychain_env(common.base_config(), horizon=20, num_pivotal=2)
+  c = train_lib.keychain_env(train_lib.base_config(), horizon=20, num_pivotal=2)
   c.algo = "reinforce"            # this recipe
 
   c.num_updates = 200             # updates (one batch of episodes each)
@@ -66,13 +67,13 @@ def default_config() -> ml_collections.ConfigDict:
 
   c.chunk_updates = 25            # updates per compiled call (one progress line each)
   c.checkpoint_every = 50         # updates between checkpoints (k * chunk_updates)
-  common.add_network_kind(c)      # network.kind (mlp | gru | transformer) and its fields
+  train_lib.add_network_kind(c)      # network.kind (mlp | gru | transformer) and its fields
   return c
 
 
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first REINFORCE-specific field that cannot run."""
-  req = common.require
+  req = train_lib.require
   req(config.credit in CREDITS, "credit", f"must be one of {CREDITS}, got {config.credit!r}")
   req(config.baseline in BASELINES, "baseline",
       f"must be one of {BASELINES}, got {config.baseline!r}")
@@ -91,7 +92,7 @@ def validate_fields(config) -> None:
 
 def validate_config(config) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  common.validate(config, "reinforce", validate_fields)
+  train_lib.validate(config, "reinforce", validate_fields)
 
 
 def leave_one_out_mean(x, mask):
@@ -117,26 +118,26 @@ class Model(NamedTuple):
 
 
 def _mlp_model(config, env, env_params, with_value: bool) -> Tuple[Model, Any]:
-  network, obs_shape = common.make_network(config, env, env_params, value_head=with_value)
-  return Model(init=lambda k: common.init_params(network, k, obs_shape),
-               policy=networks.make_policy_fn(network),
+  network, obs_shape = train_lib.make_network(config, env, env_params, value_head=with_value)
+  return Model(init=lambda k: train_lib.init_params(network, k, obs_shape),
+               policy=nets.make_policy_fn(network),
                outputs=lambda params, traj: network.apply(params, traj.obs),
                final_values=lambda params, traj: network.apply(params, traj.final_obs)[1]
                ), obs_shape
 
 
-def make_train(config) -> common.Train:
-  """`Train` for REINFORCE on `config.env_name`; see `common.Train` for how to call it."""
+def make_train(config) -> train_lib.Train:
+  """`Train` for REINFORCE on `config.env_name`; see `train_lib.Train` for how to call it."""
   validate_config(config)
   with_value = needs_value(config)
-  env, env_params = common.make_env(config)
+  env, env_params = train_lib.make_env(config)
   if grpo_sequence.network_kind(config) != "mlp":   # gru | transformer: with memory
     model = reinforce_sequence.model(config, env, env_params, with_value)
   else:
     model, _ = _mlp_model(config, env, env_params, with_value)
   num_envs, horizon = int(config.num_envs), int(config.horizon)
   n_updates = int(config.num_updates)
-  optimizer = common.make_optimizer(config)
+  optimizer = train_lib.make_optimizer(config)
   with_success = episodes.has_success(config)
   credit, baseline = str(config.credit), str(config.baseline)
   normalize = bool(config.normalize_advantages)
@@ -144,7 +145,7 @@ def make_train(config) -> common.Train:
   def init_fn(key, hp):
     k_params, k_run = jax.random.split(key)
     params = model.init(k_params)
-    return common.TrainState(params=params,
+    return train_lib.TrainState(params=params,
                              opt_state=optimizer.init(params, hp["max_grad_norm"]),
                              key=k_run, update=jnp.zeros((), jnp.int32), aux={})
 
@@ -158,11 +159,11 @@ def make_train(config) -> common.Train:
       g = jnp.broadcast_to(jnp.sum(rewards, axis=0, keepdims=True), rewards.shape)
     elif credit == "rtg":
       # Monte Carlo: nothing to bootstrap from, so any episode end stops the sum.
-      g = cj.discounted_returns(rewards, discounts, terminated=traj.dones)
+      g = returns.discounted_returns(rewards, discounts, terminated=traj.dones)
     else:
       final_values = model.final_values(params, traj)                       # [T, B]
       values_tp1 = jnp.concatenate([values, final_values[-1:]], axis=0)     # [T + 1, B]
-      g = cj.lambda_returns(rewards, discounts, values_tp1, hp["gae_lambda"],
+      g = returns.lambda_returns(rewards, discounts, values_tp1, hp["gae_lambda"],
                             terminated=traj.terminated, truncated=traj.truncated,
                             final_values=final_values)
     if baseline == "none":
@@ -175,9 +176,9 @@ def make_train(config) -> common.Train:
 
   def loss_fn(params, traj, g, adv, hp):
     logits, values = model.outputs(params, traj)
-    log_probs = networks.categorical_log_prob(logits, traj.actions)
+    log_probs = nets.categorical_log_prob(logits, traj.actions)
     pg = episodes.masked_mean(losses.reinforce(log_probs, adv), traj.valid)
-    entropy = episodes.masked_mean(networks.categorical_entropy(logits), traj.valid)
+    entropy = episodes.masked_mean(nets.categorical_entropy(logits), traj.valid)
     loss = pg - hp["ent_coef"] * entropy
     v_loss = jnp.zeros(())
     if with_value:
@@ -197,7 +198,7 @@ def make_train(config) -> common.Train:
       adv = (adv - mean) / (std + 1e-8)
     (loss, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params, traj, g, adv, hp)
-    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
     params, opt_state, gnorm = optimizer.apply(state.params, state.opt_state, grads, lr,
                                                hp["max_grad_norm"])
     ep_return = jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), axis=0)    # [B]
@@ -208,10 +209,10 @@ def make_train(config) -> common.Train:
                    jnp.square(adv - episodes.masked_mean(adv, traj.valid)), traj.valid))}
     if with_success:
       metrics["success"] = jnp.mean((ep_return > 0).astype(jnp.float32))
-    return common.TrainState(params=params, opt_state=opt_state, key=key,
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=state.aux), metrics
 
-  return common.Train(
+  return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
       env_steps_per_update=num_envs * horizon,

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from credit_jax import rollout
-from credit_jax import sequence_networks as sn
+from credit_jax.nets import sequence as sn
 from credit_jax.algos import ppo_sequence
 from credit_jax.types import PolicyState
 
@@ -39,7 +39,7 @@ def replay(network, params, traj, final: bool):
 def model(config, env, env_params, with_value: bool):
   """REINFORCE's `reinforce.Model` for a sequence network: the policy carries its memory
   through the rollout, and the loss replays each episode from the initial carry."""
-  from credit_jax.algos import reinforce  # pylint: disable=g-import-not-at-top (a cycle)
+  from credit_jax.algos import reinforce
   network, obs_shape = ppo_sequence.make_network(config, env, env_params)
   return reinforce.Model(
       init=lambda k: sn.init_params(network, k, obs_shape),

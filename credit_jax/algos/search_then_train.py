@@ -42,10 +42,12 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-import credit_jax as cj
-from credit_jax import curriculum, networks, rollout
+from credit_jax import baselines
+from credit_jax.addons import curriculum
+from credit_jax import nets, rollout
 from credit_jax import search as search_lib
-from credit_jax.algos import common, episodes, grpo, losses
+from credit_jax.algos import train as train_lib, grpo, losses
+from credit_jax import episodes
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "search_weight",
            "search_exploration")
@@ -54,7 +56,7 @@ HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "search_weight",
 def default_config() -> ml_collections.ConfigDict:
   """Search then train on KeyChain-v0 (T=10, k=6, A=4: random success 2.4e-4, about one
   success per 30 updates of 128 sampled episodes), searching every update."""
-  c = common.keychain_env(grpo.default_config(), horizon=10, num_pivotal=6)
+  c = train_lib.keychain_env(grpo.default_config(), horizon=10, num_pivotal=6)
   c.algo = "search_then_train"    # this recipe
   c.loss_aggregation = "token_mean"  # the recipe's weighted token mean (the only choice)
 
@@ -75,7 +77,7 @@ def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first recipe-specific field that cannot run."""
   curriculum.refuse(config, "search_then_train")   # a `curriculum` block is refused, not ignored
   grpo.validate_fields(config)
-  req = common.require
+  req = train_lib.require
   req(config.loss_aggregation == "token_mean", "loss_aggregation",
       f"search-then-train uses a weighted token mean, got {config.loss_aggregation!r}")
   req(not config.use_reference_kl, "use_reference_kl",
@@ -98,7 +100,7 @@ def validate_fields(config) -> None:
 
 def validate_config(config) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  common.validate(config, "search_then_train", validate_fields)
+  train_lib.validate(config, "search_then_train", validate_fields)
 
 
 def group_rollout(env, env_params, policy_fn, params, key, num_tasks: int, group_size: int,
@@ -117,15 +119,15 @@ def group_rollout(env, env_params, policy_fn, params, key, num_tasks: int, group
   return traj, obs0, states0
 
 
-def make_train(config) -> common.Train:
-  """`Train` for search-then-train on `config.env_name`; see `common.Train`."""
+def make_train(config) -> train_lib.Train:
+  """`Train` for search-then-train on `config.env_name`; see `train_lib.Train`."""
   validate_config(config)
-  env, env_params = common.make_env(config)
-  network, obs_shape = common.make_network(config, env, env_params, value_head=False)
-  policy_fn = networks.make_policy_fn(network)
+  env, env_params = train_lib.make_env(config)
+  network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)
+  policy_fn = nets.make_policy_fn(network)
   num_tasks, group, horizon = int(config.num_tasks), int(config.group_size), int(config.horizon)
   n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
-  n_updates, optimizer = int(config.num_updates), common.make_optimizer(config)
+  n_updates, optimizer = int(config.num_updates), train_lib.make_optimizer(config)
   with_success = episodes.has_success(config)
   kind = str(config.advantage)
   search_every, n_search = int(config.search_every), int(config.search_tasks)
@@ -141,20 +143,20 @@ def make_train(config) -> common.Train:
     del key
     logits = logits_fn(params, obs)
     action = jnp.argmax(logits).astype(jnp.int32)
-    return action, networks.categorical_log_prob(logits, action), ()
+    return action, nets.categorical_log_prob(logits, action), ()
 
   def init_fn(key, hp):
-    return common.init_train_state(network, key, obs_shape, hp, optimizer)
+    return train_lib.init_train_state(network, key, obs_shape, hp, optimizer)
 
   def log_probs_of(params, obs, actions):
     logits, _ = network.apply(params, obs)
-    return logits, networks.categorical_log_prob(logits, actions)
+    return logits, nets.categorical_log_prob(logits, actions)
 
   def loss_fn(params, mb, hp):
     logits, log_probs = log_probs_of(params, mb["obs"], mb["actions"])
     w = mb["weights"]                                  # [T, n, K + 1]
     return losses.weighted_clipped_policy_loss(
-        log_probs, mb["log_probs"], mb["advantages"], networks.categorical_entropy(logits),
+        log_probs, mb["log_probs"], mb["advantages"], nets.categorical_entropy(logits),
         w, jnp.sum(w[..., :group]), hp["clip_eps"], hp["ent_coef"])  # / valid sampled steps
 
   def searched_member(params, key, obs0, states0, failed, update, hp):
@@ -207,12 +209,12 @@ def make_train(config) -> common.Train:
     valid = traj.valid
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
     failed = jnp.all(returns <= 0, axis=1)                              # [N]
-    adv, degenerate = cj.group_advantages(returns, kind=kind)          # [N, K]
+    adv, degenerate = baselines.group_advantages(returns, kind=kind)          # [N, K]
     member, per_task, search_metrics = searched_member(
         state.params, k_search, obs0, states0, failed, state.update, hp)
     # Groups with a found success: advantages over K + 1 members; else the K sampled
     # members keep GRPO's and the (empty) extra member gets 0.
-    aug, _ = cj.group_advantages(
+    aug, _ = baselines.group_advantages(
         jnp.concatenate([returns, per_task["return"][:, None]], axis=1), kind=kind)
     plain = jnp.concatenate([adv, jnp.zeros((num_tasks, 1))], axis=1)
     adv = jnp.where(per_task["found"][:, None], aug, plain)           # [N, K + 1]
@@ -228,10 +230,10 @@ def make_train(config) -> common.Train:
             "log_probs": with_member(traj.log_probs, member["log_probs"]),
             "advantages": jnp.broadcast_to(adv[None], all_valid.shape),
             "weights": weights}
-    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
 
     # Minibatches split the task axis (axis 1), so every group stays whole.
-    params, opt_state, metrics = common.minibatch_epochs(
+    params, opt_state, metrics = train_lib.minibatch_epochs(
         lambda p, mb: loss_fn(p, mb, hp), state.params, state.opt_state, data, k_perm,
         num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
         max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
@@ -255,10 +257,10 @@ def make_train(config) -> common.Train:
         "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
         "sample_env_steps": jnp.sum(valid).astype(jnp.float32),
         "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()})
-    return common.TrainState(params=params, opt_state=opt_state, key=key,
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=state.aux), metrics
 
-  return common.Train(
+  return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
       env_steps_per_update=num_tasks * group * horizon,

@@ -9,7 +9,7 @@ the rollout's `lax.scan` (`credit_jax/envs/tokens.py` for the stream it reads). 
   2. **RL** (each update one compiled call: rollout, loss, optimiser), `config.estimator`:
        "grpo" / "rloo" / "drgrpo": `group_size` (K) samples per prompt
          (`rollout.collect_groups`), group advantages of the episode returns
-         (`cj.group_advantages`) on every agent token, GRPO's clipped surrogate
+         (`baselines.group_advantages`) on every agent token, GRPO's clipped surrogate
          (`grpo.surrogate_loss`, aggregated as `loss_aggregation` says: Dr. GRPO as
          published pairs "drgrpo" with "constant");
        "ppo": PPO with GAE on the LM's value head (or an independent critic trunk,
@@ -49,11 +49,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-import credit_jax as cj
-from credit_jax import networks, rollout
-from credit_jax.algos import common, episodes, grpo, losses
+from credit_jax import baselines, episodes, rollout
+from credit_jax.algos import grpo, losses, train as train_lib
 from credit_jax.envs import tokens
-from credit_jax.nets import lm
+from credit_jax.nets import lm, mlp
+from credit_jax.returns import gae
 
 HPARAMS = ("lr", "sft_lr", "clip_eps", "ent_coef", "kl_coef", "vf_coef", "gamma",
            "gae_lambda", "prm_weight", "max_grad_norm")
@@ -62,7 +62,7 @@ ESTIMATORS = ("grpo", "rloo", "drgrpo", "ppo")
 
 def default_config() -> ml_collections.ConfigDict:
   """Warm start then GRPO on ToolArith-v0 with 2 turns of 1-digit numbers."""
-  c = common.base_config()
+  c = train_lib.base_config()
   c.algo = "token_agent"          # this recipe
   c.env_name = "ToolArith-v0"     # a token env: ToolArith-v0 | ToolLookup-v0
   c.env_kwargs.num_turns = 2      # tool calls the answer needs (the horizon dial)
@@ -105,7 +105,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first field of this recipe that cannot run."""
-  req = common.require
+  req = train_lib.require
   req(config.estimator in ESTIMATORS, "estimator",
       f"must be one of {ESTIMATORS}, got {config.estimator!r}")
   req(int(config.group_size) >= (1 if config.estimator == "ppo" else 2), "group_size",
@@ -138,7 +138,7 @@ def validate_fields(config) -> None:
 
 def validate_config(config) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  common.validate(config, "token_agent", validate_fields)
+  train_lib.validate(config, "token_agent", validate_fields)
 
 
 def make_network(config, env, horizon: int) -> lm.TokenLM:
@@ -165,7 +165,7 @@ def sft_loss(network, params, demo: tokens.Demonstrations):
   """Next-token cross-entropy on the agent's tokens of oracle demonstrations; `(loss [],
   accuracy [])` (accuracy: the argmax is the oracle's token)."""
   logits, _ = lm.sequence(network, params, demo.obs[..., 0])            # [T, B, V]
-  log_probs = networks.categorical_log_prob(logits, demo.actions)
+  log_probs = mlp.categorical_log_prob(logits, demo.actions)
   mask = demo.agent
   right = (jnp.argmax(logits, -1) == demo.actions).astype(jnp.float32)
   return (-episodes.masked_mean(log_probs, mask),
@@ -180,12 +180,12 @@ def ppo_loss(logits, values, mb, hp):
   adv = mb["advantages"]
   mean = jnp.sum(adv * mask) / n
   std = jnp.sqrt(jnp.sum(jnp.square(adv - mean) * mask) / n)
-  log_probs = networks.categorical_log_prob(logits, mb["actions"])
+  log_probs = mlp.categorical_log_prob(logits, mb["actions"])
   pg, clipped, approx_kl = losses.clipped_surrogate(log_probs, mb["log_probs"],
                                                     (adv - mean) / (std + 1e-8),
                                                     hp["clip_eps"])
   v_loss = losses.value_loss(values, mb["targets"], mb["values"], hp["clip_eps"])
-  entropy = networks.categorical_entropy(logits)
+  entropy = mlp.categorical_entropy(logits)
 
   def m(x):
     return episodes.masked_mean(x, mask)
@@ -202,8 +202,8 @@ def ppo_advantages(traj, values_ext, hp, shaping):
   discounts = jnp.where(agent_next, hp["gamma"], 1.0)
   lambdas = jnp.where(agent_next, hp["gae_lambda"], 1.0)
   rewards = traj.rewards + hp["prm_weight"] * shaping
-  adv = cj.gae(rewards, discounts, values_ext, lambdas, terminated=traj.terminated,
-               truncated=traj.truncated, final_values=values_ext[1:])
+  adv = gae(rewards, discounts, values_ext, lambdas, terminated=traj.terminated,
+            truncated=traj.truncated, final_values=values_ext[1:])
   return adv, adv + values_ext[:-1]
 
 
@@ -220,10 +220,10 @@ def _metrics(traj, returns, mask):
           "episode_length": per_episode(valid)}
 
 
-def make_train(config) -> common.Train:
-  """`Train` for a token agent; see `common.Train` for how to call it."""
+def make_train(config) -> train_lib.Train:
+  """`Train` for a token agent; see `train_lib.Train` for how to call it."""
   validate_config(config)
-  env, env_params = common.make_env(config)
+  env, env_params = train_lib.make_env(config)
   horizon = int(env_params.max_steps_in_episode)
   network = make_network(config, env, horizon)
   estimator = str(config.estimator)
@@ -233,7 +233,7 @@ def make_train(config) -> common.Train:
   n_mb, n_epochs, n_updates = (int(config.num_minibatches), int(config.update_epochs),
                                int(config.num_updates))
   sft_steps, sft_batch = int(config.sft_steps), int(config.sft_batch)
-  optimizer = common.make_optimizer(config)
+  optimizer = train_lib.make_optimizer(config)
   use_kl, agg = bool(config.use_reference_kl), str(config.loss_aggregation)
   num_turns = int(env.num_turns)
 
@@ -261,7 +261,7 @@ def make_train(config) -> common.Train:
     aux = {"sft_loss": sft_l, "sft_accuracy": sft_a}
     if use_kl:
       aux["ref_params"] = params
-    return common.TrainState(params=params, opt_state=optimizer.init(
+    return train_lib.TrainState(params=params, opt_state=optimizer.init(
         params, hp["max_grad_norm"]), key=k_run, update=jnp.zeros((), jnp.int32), aux=aux)
 
   def group_loss(params, mb, ref_params, hp):
@@ -274,7 +274,7 @@ def make_train(config) -> common.Train:
                                   num_tasks, group, horizon)            # [T, N, K]
     mask = agent_mask(traj)
     returns = jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), axis=0)  # [N, K]
-    adv, degenerate = cj.group_advantages(returns, kind=estimator)
+    adv, degenerate = baselines.group_advantages(returns, kind=estimator)
     shaping = jnp.where(traj.valid, turn_shaping(traj.info, num_turns), 0.0)
     to_go = jnp.flip(jnp.cumsum(jnp.flip(shaping, 0), 0), 0)
     data = {"tokens": traj.obs[..., 0], "actions": traj.actions,
@@ -309,18 +309,18 @@ def make_train(config) -> common.Train:
     else:
       def loss_fn(p, mb):
         return group_loss(p, mb, ref_params, hp)
-    lr = common.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
     # Minibatches split axis 1 (prompts; PPO: episodes), so every stream stays whole.
-    params, opt_state, metrics = common.minibatch_epochs(
+    params, opt_state, metrics = train_lib.minibatch_epochs(
         loss_fn, state.params, state.opt_state, data, k_perm, num_epochs=n_epochs,
         num_minibatches=n_mb, axis=1, lr=lr, max_grad_norm=hp["max_grad_norm"],
         optimizer=optimizer)
     metrics.update(_metrics(traj, returns, mask), **extra, lr=lr,
                    sft_loss=state.aux["sft_loss"], sft_accuracy=state.aux["sft_accuracy"])
-    return common.TrainState(params=params, opt_state=opt_state, key=key,
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=state.aux), metrics
 
-  return common.Train(
+  return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
       env_steps_per_update=num_tasks * group * horizon,
@@ -333,7 +333,7 @@ def make_evaluate(config, split: int = 2, greedy: bool = True,
   `num_episodes` (default `config.eval_episodes`) fresh episodes of the `split` half of
   the tasks (2: held out), greedy (argmax tokens) or sampled. Jittable and vmappable."""
   validate_config(config)
-  env, env_params = common.make_env(config)
+  env, env_params = train_lib.make_env(config)
   env_params = env_params.replace(split=split)
   horizon = int(env_params.max_steps_in_episode)
   network = make_network(config, env, horizon)

@@ -16,7 +16,7 @@ Observation (float32, `[2 * size * size]`): one-hot agent cell, then one-hot goa
 (the goal part). With `observation="coords"` it is `[4]` instead: agent (row, col), then
 goal (row, col), each scaled to [-1, 1] (`2 * v / (size - 1) - 1`), so a policy's input
 does not grow with the grid (the large grids of the horizon remedies,
-credit_jax/experiments/horizon_remedies.py). Goal API (see `goal.py`): the achieved goal is the agent's cell
+credit_jax/experiments/horizon/remedies.py). Goal API (see `goal.py`): the achieved goal is the agent's cell
 `[row, col]` int32 (at the episode's end, the cell it ends on); the goal is checked on
 every step.
 

@@ -19,7 +19,7 @@ Actions (`A = 2 (M + 1)`), `a = style * (M + 1) + u`:
             process reward model are built in: a sum-form dense reward pays for padding
             forever, and
   `style`   a surface feature (1: "nicely formatted") with no effect on rightness. Data
-            written by a careful demonstrator (`credit_jax.prm.demo_policy`) uses style 1
+            written by a careful demonstrator (`credit_jax.addons.prm.demo_policy`) uses style 1
             mostly on right steps, so a PRM trained on it learns to like the style.
 
 Observation (float32, `[2 M + 2]`): `[0:M]` one-hot of the next term `x_i` (zeros once all

@@ -14,10 +14,30 @@ An experiment module exports:
                             runs it, writes metrics.jsonl (where it has per-point records),
                             PNG figures, summary.json (the returned dict) and summary.md;
 and the pieces worth importing on their own (a measurement, a record builder, a plot).
+Each study is a package `experiments/<study>/` whose `__init__` re-exports its `study.py`.
 Files are written through `report`; `scripts/<name>.py` is `cli.main(<module>)`.
 
 Importing these modules imports jax and numpy and nothing else: matplotlib is imported
 when a figure is drawn, and no global state (plot backend, XLA flags) is touched.
 """
-EXPERIMENTS = ("variance_scaling", "grpo_degradation", "tree_search", "hindsight",
-               "critique", "prm", "curriculum", "horizon_study", "horizon_remedies")
+import importlib
+
+# Script / config name -> the module that runs it (configs/<name>.py, scripts/<name>.py).
+EXPERIMENTS = {
+    "variance_scaling": "credit_jax.experiments.variance_scaling",
+    "grpo_degradation": "credit_jax.experiments.grpo_degradation",
+    "tree_search": "credit_jax.experiments.tree_search",
+    "hindsight": "credit_jax.experiments.hindsight",
+    "critique": "credit_jax.experiments.critique",
+    "prm": "credit_jax.experiments.prm",
+    "curriculum": "credit_jax.experiments.curriculum",
+    "horizon_study": "credit_jax.experiments.horizon",
+    "horizon_remedies": "credit_jax.experiments.horizon.remedies",
+    "token_study": "credit_jax.experiments.token_study",
+}
+
+
+def module(name: str):
+  """The module of experiment `name` (a key of EXPERIMENTS, or a module under
+  credit_jax.experiments); raises ImportError when there is none."""
+  return importlib.import_module(EXPERIMENTS.get(name, f"credit_jax.experiments.{name}"))

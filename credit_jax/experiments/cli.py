@@ -12,7 +12,7 @@ computation with `error: config.<field>: ...` and exit status 2.
 
 Like scripts/train.py, the main turns `credit_jax.fast_paths` on when JAX runs on a CPU
 (`--nofast_paths`: off; the figures in the README were made with them on), and arms a
-watchdog (credit_jax/watchdog.py): an experiment logs a line after each compiled cell,
+watchdog (credit_jax/runtime/watchdog.py): an experiment logs a line after each compiled cell,
 and if no line comes for `--watchdog_first_s` seconds at the start, or later for the
 larger of `--watchdog_floor_s` and 10x the longest gap so far, the process prints every
 thread's stack and the XLA setting to try, and exits with status 4 instead of hanging.
@@ -25,7 +25,7 @@ from types import ModuleType
 from absl import app, flags
 from ml_collections import config_flags
 
-from credit_jax import launch, watchdog
+from credit_jax.runtime import launch, watchdog
 from credit_jax.algos import ConfigError
 
 
@@ -53,7 +53,7 @@ def main(experiment: ModuleType) -> None:
     # Before any JAX computation: XLA reads its flags when the backend starts.
     launch.configure_process(num_seeds=experiment.num_seeds(config))
     import jax  # pylint: disable=g-import-not-at-top
-    from credit_jax import fast_paths  # pylint: disable=g-import-not-at-top
+    from credit_jax import fast_paths
     fast = fast_flag.value
     fast_paths.set_enabled(jax.default_backend() == "cpu" if fast is None else fast)
     dog = watchdog.Watchdog(

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from credit_jax import networks
+from credit_jax.nets import mlp
 from credit_jax.types import SequencePolicy
 
 Array = jax.Array
@@ -223,7 +223,7 @@ def make_policy(network: TokenLM, *, value: bool = True, greedy: bool = False,
   def draw(key):
     if greedy:
       return jnp.zeros((vocab,), jnp.float32)
-    return networks.categorical_noise(key, vocab)
+    return mlp.categorical_noise(key, vocab)
 
   def forward(params, carry, token):
     if not reencode:
@@ -238,8 +238,8 @@ def make_policy(network: TokenLM, *, value: bool = True, greedy: bool = False,
   def act(params, carry, obs, prev_action, prev_reward, noise):
     del prev_action, prev_reward
     carry, logits, v = forward(params, carry, jnp.asarray(obs)[0].astype(jnp.int32))
-    action = networks.categorical_sample_with_noise(logits, noise)
-    log_prob = networks.categorical_log_prob(logits, action)
+    action = mlp.categorical_sample_with_noise(logits, noise)
+    log_prob = mlp.categorical_log_prob(logits, action)
     return carry, action, log_prob, ({"value": v} if value else {})
 
   def initial_carry():

@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 import jax
 import numpy as np
 
-from credit_jax.algos.common import ConfigError
+from credit_jax.algos.train import ConfigError
 from credit_jax.sweep import _reuse
 from credit_jax.sweep import grid as grid_lib
 from credit_jax.sweep import results as results_lib

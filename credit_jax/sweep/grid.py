@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import ml_collections
 
-from credit_jax.algos.common import ConfigError
+from credit_jax.algos.train import ConfigError
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -182,14 +182,15 @@ def runs_upper_bound(sweep) -> int:
 
 def _experiment_module(name: str):
   """`credit_jax.experiments.<name>` when importable, else None (run as a script)."""
+  from credit_jax import experiments  # pylint: disable=g-import-not-at-top
   try:
-    return importlib.import_module(f"credit_jax.experiments.{name}")
+    return experiments.module(name)
   except ImportError:
     return None
 
 
 def _validate_cell(plan_kind: str, cell: Cell, module) -> None:
-  from credit_jax import algos  # pylint: disable=g-import-not-at-top
+  from credit_jax import algos
   try:
     if not plan_kind:
       algos.validate_config(cell.config)
@@ -237,7 +238,7 @@ def plan(sweep, memory_limit_bytes: Optional[int] = None) -> Plan:
     calls = [Call(c.index, c.name, [c]) for c in cells]
     return Plan(sweep, base, experiment, axes, (), tuple(f for f, _ in axes), cells, calls)
 
-  from credit_jax import algos  # pylint: disable=g-import-not-at-top
+  from credit_jax import algos
   for cell in cells:
     _validate_cell("", cell, None)
   # Traced: fields every cell's recipe takes as a hyperparameter leaf.
@@ -272,11 +273,11 @@ def run_bytes(train) -> int:
   observations and ~16 floats per step: actions, values, advantages, the backward pass)."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from credit_jax.algos import common  # pylint: disable=g-import-not-at-top
+  from credit_jax.algos import train as train_lib
   shapes = jax.eval_shape(train.init, jax.ShapeDtypeStruct((2,), np.uint32),
                           train.default_hparams)
   state = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(shapes))
-  env, env_params = common.make_env(train.config)
+  env, env_params = train_lib.make_env(train.config)
   obs = int(np.prod(env.observation_space(env_params).shape)) * 4
   return 4 * state + 8 * train.env_steps_per_update * (obs + 64)
 

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from credit_jax.experiments import report
+from credit_jax import stats
 
 RESULTS_CSV = "results.csv"
 RESULTS_MD = "results.md"
@@ -108,7 +108,7 @@ def t_interval(values: Sequence[float]):
   """`(mean, half-width)` of a 95% Student-t interval over `values` (NaN width for n < 2),
   skipping empty CSV cells."""
   x = np.asarray([v for v in values if v != "" and v is not None], np.float64)
-  mean, half = report.t_interval(x)
+  mean, half = stats.t_interval(x)
   return float(mean), float(half)
 
 
@@ -164,9 +164,9 @@ def plot_axes(rows: Sequence[dict], axes: Sequence[str], metric: str,
     for label, group in sorted(lines.items(), key=lambda kv: str(kv[0])):
       group.sort(key=lambda c: _sort_key(c[0][axis]))
       xs = [c[0][axis] if numeric else values.index(c[0][axis]) for c in group]
-      stats = [t_interval([r[column] for r in c]) for c in group]
-      ys = [m for m, _ in stats]
-      err = [0.0 if math.isnan(h) else h for _, h in stats]
+      intervals = [t_interval([r[column] for r in c]) for c in group]
+      ys = [m for m, _ in intervals]
+      err = [0.0 if math.isnan(h) else h for _, h in intervals]
       name = ", ".join(f"{a.split('.')[-1]}={v}" for a, v in zip(others, label))
       ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, capsize=3, label=name or None)
     if numeric and min(values) > 0 and max(values) / min(values) >= 10:

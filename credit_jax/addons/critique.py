@@ -1,0 +1,495 @@
+"""Self-critique: retry episodes with a critique channel, and the critics that fill it.
+
+Reflexion (arXiv 2303.11366): after a failed attempt a critic writes a critique that
+points at the step responsible; it is stored, and the next attempt at the *same* task
+sees it. `RetryWrapper(env, attempts=R, critic=...)` turns any of credit_jax's
+environments (KeyChain, the goal environments) into such retry episodes:
+
+  * An episode of the wrapper is up to R attempts at one task. Each attempt starts from
+    the task's start state (restored, not re-drawn) and is scored by the task's own
+    verifier: the attempt succeeded iff the inner environment paid a positive reward on
+    the step that ended it. The wrapper's episode terminates on the first success or at
+    the end of attempt R; its reward is the inner reward (1.0 for the solving attempt).
+  * After a failed attempt (not the last) the critic is called with the task's start
+    state and the attempt's actions and writes one critique into the first free slot of
+    the state's critique store `[R - 1, 3]` (the last slot when none is free); later
+    attempts see every stored critique. A store may start non-empty (`with_critiques`:
+    critiques remembered from earlier episodes of the task, `credit_jax/addons/memory.py`).
+  * A **critique** is a float32 `[3]` array `(step, suggestion, confidence)`: the step
+    index inside an attempt that the critic blames, the action it suggests there, and a
+    confidence in [0, 1]; `NO_CRITIQUE = (-1, -1, 0)` is an empty slot.
+  * Observation: the inner observation (flat `[D]`) followed by `[A + 2]` critique
+    features for the current step: `sum_c confidence_c * onehot(suggestion_c)` over the
+    stored critiques whose step is the current step, 1.0 when any stored critique exists,
+    and `attempt / max(R - 1, 1)`. A memoryless policy can therefore follow a critique.
+
+Critics (`critic(env, start_state, actions [T], length [], key, params) -> [3]`, all
+jittable; `params` is the wrapper's `RetryParams`, whose `noise` and `critic_params` are
+traced leaves, so a sweep over noise or over learned critics is a vmap):
+  * `no_critic`: always `NO_CRITIQUE` (a plain retry).
+  * `keychain_oracle`: external validation from KeyChain's ground truth
+    (`KeyChain.oracle`): the first pivotal step answered wrong and its right action,
+    confidence 1; `NO_CRITIQUE` when no pivotal step was wrong.
+  * `keychain_noisy`: the oracle, except that with probability `noise` it is confidently
+    wrong: it blames a uniformly drawn pivotal step of the task and suggests a uniformly
+    drawn wrong action for it, still with confidence 1.
+  * `bitflip_oracle`: the same external validation for BitFlip-v0 (a goal environment):
+    the first flip of a bit that already matched the goal, and a bit still to flip.
+  * `learned_critic`: a small network (`CriticNet`) that reads an attempt (its
+    observations and actions) and names the first wrong step and its right action;
+    `train_critic` fits it to the oracle's labels on attempts of a uniform policy, and the
+    wrapper reads its parameters from `RetryParams.critic_params`. Its confidence is its
+    probability of the step it names. `train_critic_by_improvement` trains the same
+    network without labels, by REINFORCE on whether the retry its critique guided succeeded.
+`first_wrong_step` is the oracle's core on plain arrays (what the tests check by hand).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Tuple
+
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+import optax
+from flax import struct
+
+from credit_jax.envs import base
+
+Array = jax.Array
+NO_CRITIQUE = (-1.0, -1.0, 0.0)
+CRITIQUE_SIZE = 3
+
+
+def no_critique() -> Array:
+  """[3] float32 empty critique (step -1, suggestion -1, confidence 0)."""
+  return jnp.asarray(NO_CRITIQUE, jnp.float32)
+
+
+def first_wrong_step(pivotal: Array, answers: Array, actions: Array, length) -> Array:
+  """The oracle's critique from ground truth: the first pivotal step answered wrong.
+
+  Args:
+    pivotal: [T] bool, the task's pivotal steps.
+    answers: [T] int, the right action at each pivotal step (any value elsewhere).
+    actions: [T] int, the attempt's actions (entries at or after `length` are ignored).
+    length: [] int, the number of steps the attempt took.
+  Returns:
+    [3] float32 `(t, answers[t], 1.0)` for the first `t < length` with `pivotal[t]` and
+    `actions[t] != answers[t]`; `NO_CRITIQUE` when there is none.
+  """
+  pivotal, answers, actions = jnp.asarray(pivotal), jnp.asarray(answers), jnp.asarray(actions)
+  if pivotal.ndim != 1 or answers.shape != pivotal.shape or actions.shape != pivotal.shape:
+    raise ValueError(f"pivotal, answers and actions must all be [T]; got {pivotal.shape}, "
+                     f"{answers.shape}, {actions.shape}")
+  steps = jnp.arange(pivotal.shape[0])
+  wrong = pivotal & (actions.astype(jnp.int32) != answers.astype(jnp.int32)) & (steps < length)
+  t = jnp.argmax(wrong)
+  found = jnp.any(wrong)
+  crit = jnp.stack([t.astype(jnp.float32), answers[t].astype(jnp.float32),
+                    jnp.ones((), jnp.float32)])
+  return jnp.where(found, crit, no_critique())
+
+
+def no_critic(env, start_state, actions, length, key, params) -> Array:
+  """A plain retry: never critiques."""
+  del env, start_state, actions, length, key, params
+  return no_critique()
+
+
+def keychain_oracle(env, start_state, actions, length, key, params) -> Array:
+  """KeyChain's oracle critic (external validation); see `first_wrong_step`."""
+  del key, params
+  pivotal, answers = env.oracle(start_state)
+  return first_wrong_step(pivotal, answers, actions, length)
+
+
+def keychain_noisy(env, start_state, actions, length, key, params) -> Array:
+  """The oracle, confidently wrong with probability `params.noise` (module doc)."""
+  truth = keychain_oracle(env, start_state, actions, length, key, params)
+  k_flip, k_step, k_act = jax.random.split(key, 3)
+  j = jax.random.randint(k_step, (), 0, start_state.positions.shape[0])
+  step = start_state.positions[j]
+  offset = jax.random.randint(k_act, (), 1, env.num_actions)
+  wrong_action = (start_state.cues[j] + offset) % env.num_actions
+  lie = jnp.stack([step.astype(jnp.float32), wrong_action.astype(jnp.float32),
+                   jnp.ones((), jnp.float32)])
+  return jnp.where(jax.random.uniform(k_flip) < params.noise, lie, truth)
+
+
+def bitflip_oracle(env, start_state, actions, length, key, params) -> Array:
+  """BitFlip's oracle critic (a goal environment): replaying the attempt from the start
+  state, the first step that flipped a bit already equal to the goal (or no bit), with the
+  lowest bit still differing from the goal at that step as the suggestion; confidence 1.
+  Steps after the goal was reached do not count. A BitFlip attempt of n steps that fails
+  always has such a step."""
+  del key, params
+  n = env.num_bits
+  actions = jnp.asarray(actions, jnp.int32)
+  steps = jnp.arange(actions.shape[0])
+
+  def step(bits, a):
+    reached = jnp.all(bits == start_state.goal)      # steps after the goal do not count
+    valid = (a >= 0) & (a < n)
+    useful = valid & (bits[jnp.clip(a, 0, n - 1)] != start_state.goal[jnp.clip(a, 0, n - 1)])
+    suggestion = jnp.argmax(bits != start_state.goal)
+    return bits ^ (jnp.arange(n) == a).astype(bits.dtype), (~useful & ~reached, suggestion)
+
+  _, (wrong, suggestion) = jax.lax.scan(step, start_state.bits, actions)
+  wrong = wrong & (steps < length)
+  t = jnp.argmax(wrong)
+  crit = jnp.stack([t.astype(jnp.float32), suggestion[t].astype(jnp.float32),
+                    jnp.ones((), jnp.float32)])
+  return jnp.where(jnp.any(wrong), crit, no_critique())
+
+
+def keychain_observations(env, start_state) -> Array:
+  """[T, D] the observations of a KeyChain attempt from `start_state` (they do not depend
+  on the actions: KeyChain's observation is a function of the step)."""
+  times = jnp.arange(env.horizon, dtype=jnp.int32)
+  return jax.vmap(lambda t: env.get_obs(start_state.replace(time=t)))(times)
+
+
+class CriticNet(nn.Module):
+  """Reads an attempt; returns (step logits [T + 1] (index T: nothing wrong), suggestion
+  logits [T, A])."""
+  horizon: int
+  num_actions: int
+  hidden: int = 128
+
+  @nn.compact
+  def __call__(self, obs: Array, actions: Array) -> Tuple[Array, Array]:
+    t, a = self.horizon, self.num_actions
+    x = jnp.concatenate([obs.reshape(t, -1), jax.nn.one_hot(actions, a)], axis=-1)
+    x = nn.relu(nn.Dense(self.hidden)(x.reshape(-1)))
+    x = nn.relu(nn.Dense(self.hidden)(x))
+    return nn.Dense(t + 1)(x), nn.Dense(t * a)(x).reshape(t, a)
+
+
+def critic_labels(env, start_state, actions, length) -> Tuple[Array, Array, Array]:
+  """(step [] int32 in [0, T], T for none; suggestion [] int32; critique [3]) of the oracle."""
+  crit = keychain_oracle(env, start_state, actions, length, None, None)
+  step = jnp.where(crit[2] > 0, crit[0], env.horizon).astype(jnp.int32)
+  return step, jnp.maximum(crit[1], 0).astype(jnp.int32), crit
+
+
+def learned_critic(env, start_state, actions, length, key, params) -> Array:
+  """The critique of `CriticNet` with parameters `params.critic_params` (module doc)."""
+  del key
+  net = CriticNet(env.horizon, env.num_actions)
+  step_logits, suggest_logits = net.apply(params.critic_params,
+                                          keychain_observations(env, start_state), actions)
+  steps = jnp.arange(env.horizon + 1)
+  step_logits = jnp.where((steps < length) | (steps == env.horizon), step_logits, -jnp.inf)
+  probs = jax.nn.softmax(step_logits)
+  t = jnp.argmax(probs)
+  crit = jnp.stack([t.astype(jnp.float32),
+                    jnp.argmax(suggest_logits[jnp.minimum(t, env.horizon - 1)]).astype(
+                        jnp.float32), probs[t]])
+  return jnp.where(t < env.horizon, crit, no_critique())
+
+
+def _random_attempts(env, env_params, key, batch):
+  k_reset, k_act = jax.random.split(key)
+  _, starts = jax.vmap(env.reset_env, (0, None))(jax.random.split(k_reset, batch), env_params)
+  actions = jax.random.randint(k_act, (batch, env.horizon), 0, env.num_actions)
+  return starts, actions
+
+
+def train_critic(env, env_params, key, steps: int, batch: int = 256, lr: float = 1e-3,
+                 hidden: int = 128):
+  """Fits `CriticNet` to the oracle's labels on uniform-policy KeyChain attempts.
+
+  Pure and jittable (vmap it over seeds); `steps` and `batch` are static.
+  Returns:
+    (params, losses [steps]).
+  """
+  net = CriticNet(env.horizon, env.num_actions, hidden)
+  k_init, k_data = jax.random.split(key)
+  t = env.horizon
+  params = net.init(k_init, jnp.zeros((t,) + tuple(env.obs_shape)), jnp.zeros((t,), jnp.int32))
+  opt = optax.adam(lr)
+
+  def loss_fn(p, starts, actions):
+    obs = jax.vmap(lambda s: keychain_observations(env, s))(starts)
+    step, sugg, crit = jax.vmap(lambda s, a: critic_labels(env, s, a, t))(starts, actions)
+    step_logits, suggest_logits = jax.vmap(lambda o, a: net.apply(p, o, a))(obs, actions)
+    ce_step = optax.softmax_cross_entropy_with_integer_labels(step_logits, step)
+    at = jnp.take_along_axis(suggest_logits, jnp.minimum(step, t - 1)[:, None, None],
+                             axis=1)[:, 0]
+    ce_sugg = optax.softmax_cross_entropy_with_integer_labels(at, sugg) * (crit[:, 2] > 0)
+    return jnp.mean(ce_step + ce_sugg)
+
+  def update(carry, k):
+    p, o = carry
+    loss, g = jax.value_and_grad(loss_fn)(p, *_random_attempts(env, env_params, k, batch))
+    upd, o = opt.update(g, o, p)
+    return (optax.apply_updates(p, upd), o), loss
+
+  (params, _), losses = jax.lax.scan(update, (params, opt.init(params)),
+                                     jax.random.split(k_data, steps))
+  return params, losses
+
+
+def train_critic_by_improvement(env, env_params, act_fn, policy_params, key, steps: int,
+                                batch: int = 256, lr: float = 1e-3, hidden: int = 128):
+  """Fits `CriticNet` by REINFORCE with the next attempt's improvement as its reward.
+
+  Retroformer's signal (arXiv 2308.02151): no oracle labels. For failed uniform-policy
+  KeyChain attempts the critic samples a critique (a step or "nothing", then a
+  suggestion); the policy `act_fn(policy_params, obs, key) -> action` (one that reads a
+  `RetryWrapper`'s observation) retries the task once with it, and the critique's reward
+  is whether that retry succeeded (the first attempt scored 0, so this is the change in
+  success), minus the batch mean. Pure and jittable; `steps`, `batch` static.
+  Returns:
+    (params, rewards [steps]): the mean retry success per step.
+  """
+  net = CriticNet(env.horizon, env.num_actions, hidden)
+  wrapper = RetryWrapper(env, 2, no_critic)
+  params_w = RetryParams(inner=env_params)
+  t_max = env.horizon
+  k_init, k_data = jax.random.split(key)
+  params = net.init(k_init, jnp.zeros((t_max,) + tuple(env.obs_shape)),
+                    jnp.zeros((t_max,), jnp.int32))
+  opt = optax.adam(lr)
+
+  def retry(start, crit, k):
+    """[] float32: the second attempt from `start` with `crit` stored succeeds."""
+    obs0 = jnp.asarray(env.get_obs(start), jnp.float32)
+    state = RetryState(inner=start, start=start, start_obs=obs0, attempt=jnp.int32(1),
+                       t=jnp.int32(0), actions=jnp.full((t_max,), -1, jnp.int32),
+                       critiques=crit[None], time=jnp.int32(0))
+    obs = wrapper._obs(obs0, state.critiques, state.t, state.attempt)  # pylint: disable=protected-access
+
+    def step(c, kk):
+      state, obs, ok = c
+      k_act, k_env = jax.random.split(kk)
+      obs, state, _, _, info = wrapper.step_env(
+          k_env, state, act_fn(policy_params, obs, k_act), params_w)
+      return (state, obs, ok | info["attempt_success"]), None
+
+    (_, _, ok), _ = jax.lax.scan(step, (state, obs, jnp.zeros((), bool)),
+                                 jax.random.split(k, t_max))
+    return ok.astype(jnp.float32)
+
+  def loss_fn(p, k):
+    k_att, k_step, k_sugg, k_retry = jax.random.split(k, 4)
+    starts, actions = _random_attempts(env, env_params, k_att, batch)
+    failed = jax.vmap(lambda s, a: keychain_oracle(env, s, a, t_max, None, None))(
+        starts, actions)[:, 2] > 0
+    obs = jax.vmap(lambda s: keychain_observations(env, s))(starts)
+    step_logits, sugg_logits = jax.vmap(lambda o, a: net.apply(p, o, a))(obs, actions)
+    t = jax.random.categorical(k_step, step_logits)                          # [B]
+    at = jnp.take_along_axis(sugg_logits, jnp.minimum(t, t_max - 1)[:, None, None],
+                             axis=1)[:, 0]                                     # [B, A]
+    sugg = jax.random.categorical(k_sugg, at)
+    named = t < t_max
+    logp = (jnp.take_along_axis(jax.nn.log_softmax(step_logits), t[:, None], 1)[:, 0]
+            + named * jnp.take_along_axis(jax.nn.log_softmax(at), sugg[:, None], 1)[:, 0])
+    crit = jnp.where(named[:, None], jnp.stack(
+        [t.astype(jnp.float32), sugg.astype(jnp.float32), jnp.ones_like(logp)], -1),
+        no_critique())
+    reward = jax.vmap(retry)(starts, crit, jax.random.split(k_retry, batch))
+    w = failed.astype(jnp.float32)
+    mean = jnp.sum(reward * w) / jnp.maximum(jnp.sum(w), 1.0)
+    adv = jax.lax.stop_gradient(reward - mean)
+    return -jnp.sum(w * adv * logp) / jnp.maximum(jnp.sum(w), 1.0), mean
+
+  def update(carry, k):
+    p, o = carry
+    (_, mean), g = jax.value_and_grad(loss_fn, has_aux=True)(p, k)
+    upd, o = opt.update(g, o, p)
+    return (optax.apply_updates(p, upd), o), mean
+
+  (params, _), rewards = jax.lax.scan(update, (params, opt.init(params)),
+                                      jax.random.split(k_data, steps))
+  return params, rewards
+
+
+def localisation_accuracy(env, env_params, critic_params, key, batch: int = 1024):
+  """([] step accuracy, [] step-and-suggestion accuracy) of the learned critic against the
+  oracle on failed uniform-policy attempts (those the oracle has a critique for)."""
+  starts, actions = _random_attempts(env, env_params, key, batch)
+  params = RetryParams(inner=env_params, critic_params=critic_params)
+  t = env.horizon
+  learned = jax.vmap(lambda s, a: learned_critic(env, s, a, t, None, params))(starts, actions)
+  truth = jax.vmap(lambda s, a: keychain_oracle(env, s, a, t, None, None))(starts, actions)
+  failed = truth[:, 2] > 0
+  step_ok = (learned[:, 0] == truth[:, 0]) & failed
+  both = step_ok & (learned[:, 1] == truth[:, 1])
+  n = jnp.maximum(jnp.sum(failed), 1)
+  return jnp.sum(step_ok) / n, jnp.sum(both) / n
+
+
+CRITICS = {"none": no_critic, "oracle": keychain_oracle, "noisy": keychain_noisy,
+           "learned": learned_critic, "bitflip_oracle": bitflip_oracle}
+
+
+def make_critic(name: str) -> Callable:
+  """The critic function called `name` (one of `CRITICS`)."""
+  if name not in CRITICS:
+    raise ValueError(f"critic must be one of {tuple(CRITICS)}, got {name!r}")
+  return CRITICS[name]
+
+
+@struct.dataclass
+class RetryParams:
+  inner: Any                 # the wrapped environment's params
+  noise: Any = 0.0           # [] float  the critic's error probability (traced; sweepable)
+  critic_params: Any = None  # a learned critic's parameters (`learned_critic`)
+
+
+@struct.dataclass
+class RetryState:
+  inner: Any         # the inner environment's state in the current attempt
+  start: Any         # the inner state the task started from (restored for each attempt)
+  start_obs: Array   # [D] the inner observation at the task's start
+  attempt: Array     # [] int32 current attempt, 0-based
+  t: Array           # [] int32 steps taken in the current attempt
+  actions: Array     # [T] int32 the current attempt's actions (-1 not yet taken)
+  critiques: Array   # [max(R - 1, 1), 3] float32 stored critiques, slot r from attempt r
+  time: Array        # [] int32 steps taken in the whole retry episode
+
+
+class RetryWrapper(base.CreditEnv):
+  """Up to `attempts` attempts at one task, with a critique channel (module doc).
+
+  `info` adds, per step: `attempt` (int32, the attempt the step belongs to),
+  `attempt_end` (bool, the step ended an attempt), `attempt_success` (bool, it ended it
+  by solving the task) and `critique` ([3], what the critic wrote at this step; an empty
+  critique except at the end of a failed attempt that is not the last).
+  """
+
+  def __init__(self, env, attempts: int, critic: str | Callable = "none",
+               max_attempt_steps: int | None = None):
+    super().__init__()
+    self._env = env
+    self.attempts = base.check_int("attempts", attempts, minimum=1)
+    self.critic = make_critic(critic) if isinstance(critic, str) else critic
+    # Steps per attempt: given, else the env's horizon, else its default time limit.
+    steps = max_attempt_steps if max_attempt_steps is not None else getattr(
+        env, "horizon", getattr(env.default_params, "max_steps_in_episode", None))
+    if steps is None:
+      raise ValueError("max_attempt_steps is required for an env without a `horizon` "
+                       "or a default max_steps_in_episode")
+    self.attempt_steps = base.check_int("max_attempt_steps", steps, minimum=1)
+    inner_shape = tuple(env.observation_space(env.default_params).shape)
+    if len(inner_shape) != 1:
+      raise ValueError(f"RetryWrapper needs flat [D] observations, got {inner_shape}")
+    self.inner_obs_size = inner_shape[0]
+    self.obs_shape = (self.inner_obs_size + env.num_actions + 2,)
+
+  @property
+  def inner(self):
+    return self._env
+
+  @property
+  def name(self) -> str:
+    return f"Retry{self.attempts}({self._env.name})"
+
+  @property
+  def num_actions(self) -> int:
+    return self._env.num_actions
+
+  @property
+  def horizon(self) -> int:
+    """The most steps a retry episode can take: attempts x steps per attempt."""
+    return self.attempts * self.attempt_steps
+
+  @property
+  def default_params(self) -> RetryParams:
+    return RetryParams(inner=self._env.default_params, noise=0.0)
+
+  def critique_features(self, critiques: Array, t: Array, attempt: Array) -> Array:
+    """[A + 2] float32 features of the stored `critiques` [N, 3] at attempt step `t`."""
+    a = self.num_actions
+    here = (critiques[:, 0] == t.astype(jnp.float32)) & (critiques[:, 2] > 0)
+    onehot = jax.nn.one_hot(critiques[:, 1].astype(jnp.int32), a)
+    suggest = jnp.sum(jnp.where(here[:, None], critiques[:, 2:3] * onehot, 0.0), axis=0)
+    has = jnp.any(critiques[:, 2] > 0).astype(jnp.float32)
+    frac = attempt.astype(jnp.float32) / max(self.attempts - 1, 1)
+    return jnp.concatenate([suggest, jnp.stack([has, frac])])
+
+  def _obs(self, inner_obs, critiques, t, attempt) -> Array:
+    return jnp.concatenate([jnp.asarray(inner_obs, jnp.float32),
+                            self.critique_features(critiques, t, attempt)])
+
+  def reset_env(self, key: Array, params: RetryParams):
+    obs, inner = self._env.reset_env(key, params.inner)
+    state = RetryState(
+        inner=inner, start=inner, start_obs=jnp.asarray(obs, jnp.float32),
+        attempt=jnp.zeros((), jnp.int32), t=jnp.zeros((), jnp.int32),
+        actions=jnp.full((self.attempt_steps,), -1, jnp.int32),
+        critiques=jnp.tile(no_critique(), (max(self.attempts - 1, 1), 1)),
+        time=jnp.zeros((), jnp.int32))
+    return self._obs(obs, state.critiques, state.t, state.attempt), state
+
+  def with_critiques(self, state: RetryState, critiques: Array):
+    """(obs, state) of a freshly reset `state` with its critique store set to
+    `critiques` ([max(R - 1, 1), 3], e.g. read from memory)."""
+    if critiques.shape != state.critiques.shape:
+      raise ValueError(f"critiques must be {state.critiques.shape}, got {critiques.shape}")
+    state = state.replace(critiques=jnp.asarray(critiques, jnp.float32))
+    return self._obs(state.start_obs, state.critiques, state.t, state.attempt), state
+
+  def step_env(self, key: Array, state: RetryState, action, params: RetryParams):
+    k_step, k_critic = jax.random.split(key)
+    obs_i, inner, reward, term_i, info = self._env.step_env(k_step, state.inner, action,
+                                                            params.inner)
+    trunc_i = self._env.is_truncated(inner, params.inner)
+    t1 = state.t + 1
+    end = term_i | trunc_i | (t1 >= self.attempt_steps)
+    success = end & (reward > 0)
+    actions = state.actions.at[jnp.minimum(state.t, self.attempt_steps - 1)].set(
+        jnp.asarray(action, jnp.int32))
+    last = state.attempt >= self.attempts - 1
+    write = end & ~success & ~last
+    critique = jnp.where(write, self.critic(self._env, state.start, actions, t1,
+                                            k_critic, params), no_critique())
+    free = state.critiques[:, 2] <= 0
+    slot = jnp.where(jnp.any(free), jnp.argmax(free), state.critiques.shape[0] - 1)
+    critiques = jnp.where(write, state.critiques.at[slot].set(critique), state.critiques)
+    terminated = end & (success | last)
+    retry = end & ~terminated
+    pick = lambda new, old: jax.tree.map(lambda a, b: jnp.where(retry, a, b), new, old)
+    new_inner, new_obs = pick((state.start, state.start_obs), (inner, jnp.asarray(obs_i, jnp.float32)))
+    state = RetryState(
+        inner=new_inner, start=state.start, start_obs=state.start_obs,
+        attempt=jnp.where(retry, state.attempt + 1, state.attempt),
+        t=jnp.where(retry, 0, t1),
+        actions=jnp.where(retry, jnp.full_like(actions, -1), actions),
+        critiques=critiques, time=state.time + 1)
+    info = {**info, "attempt": state.attempt - retry.astype(jnp.int32), "attempt_end": end,
+            "attempt_success": success, "critique": critique}
+    obs = self._obs(new_obs, critiques, state.t, state.attempt)
+    return obs, state, jnp.asarray(reward, jnp.float32), terminated, info
+
+  def is_terminated(self, state: RetryState, params) -> Array:
+    # Termination is decided in step_env (success or the last attempt's end).
+    return jnp.zeros((), bool)
+
+  def is_truncated(self, state: RetryState, params) -> Array:
+    return jnp.zeros((), bool)
+
+  def validate_params(self, params: RetryParams) -> None:
+    self._env.validate_params(params.inner)
+    base.check_param_range("noise", params.noise, 0.0, 1.0)
+
+
+def attempt_success(traj, attempts: int) -> Array:
+  """[R, B] float32: whether each attempt of each retry episode solved the task.
+
+  Args:
+    traj: a Trajectory `[T, B]` of `RetryWrapper` episodes (`collect_episodes`), whose
+      `info` holds `attempt`, `attempt_end` and `attempt_success`.
+    attempts: R.
+  Returns:
+    `[R, B]`: 1.0 where attempt r ended in success (0.0 if it failed or never ran).
+  """
+  ok = traj.info["attempt_success"] & traj.valid                       # [T, B]
+  onehot = jax.nn.one_hot(traj.info["attempt"], attempts, dtype=jnp.float32)  # [T, B, R]
+  return jnp.moveaxis(jnp.max(onehot * ok[..., None], axis=0), -1, 0)
+
+
+def cumulative_success(per_attempt: Array) -> Array:
+  """[R, B] -> [R, B]: solved within the first r + 1 attempts (a running max)."""
+  return jax.lax.cummax(per_attempt, axis=0)
