@@ -166,7 +166,7 @@ def test_turn_shaping_by_hand():
   info = {"call_end": jnp.array([False, True, False, True, True]),
           "call_needed": jnp.array([False, True, False, False, True])}
   np.testing.assert_allclose(token_agent.turn_shaping(info, 2),
-                             [0.0, 0.5, 0.0, -0.5, 0.5])
+                             [0.0, 0.5, 0.0, 0.0, 0.5])
 
 
 def _tiny(**over):

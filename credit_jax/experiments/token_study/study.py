@@ -88,7 +88,7 @@ def _measure(c, episodes):
   def measure(params, key):
     g, s = greedy(params, key), sampled(params, jax.random.fold_in(key, 1))
     return {"greedy": g["success"], "sampled": s["success"],
-            "call_accuracy": g["call_accuracy"]}
+            "call_accuracy": g["call_accuracy"], "calls": g["calls"]}
   return jax.vmap(measure)
 
 
@@ -131,6 +131,7 @@ def run_cell(config, turns, estimator, log):
     for kind in ("greedy", "sampled"):
       record[f"{when}_{kind}"] = np.round(np.asarray(res[kind]) * n).astype(int).tolist()
     record[f"{when}_call_accuracy"] = np.asarray(res["call_accuracy"]).tolist()
+    record[f"{when}_calls"] = np.asarray(res["calls"]).tolist()   # per episode, greedy
   return record
 
 
