@@ -21,24 +21,41 @@ fast paths are opt-in: `cj.fast_paths.enable()` (see credit_jax/fast_paths.py).
 import importlib as _importlib
 import warnings as _warnings
 
-from credit_jax.types import (PolicyFn, PolicyState, PresampledPolicy, SequencePolicy,
-                              Trajectory, to_batch_major)
-from credit_jax import returns
-from credit_jax.returns import discounted_returns, gae, lambda_returns, td_errors
-from credit_jax import baselines
-from credit_jax.baselines import (RunningBaseline, group_advantages,
-                                  running_baseline_advantages, running_baseline_init,
-                                  running_baseline_update)
-from credit_jax import envs, rollout
-from credit_jax import hindsight, replay
-from credit_jax import diagnostics
-from credit_jax import search
-from credit_jax.search import (SearchOutput, SearchStats, SearchTree, make_mctx_search,
-                               make_search)
-from credit_jax import fast_paths, nets, algos
-from credit_jax.algos import make_train
-
 __version__ = "0.1.0"
+
+# The public names and the module each comes from. Nothing is imported until first use
+# (PEP 562 `__getattr__` below): `import credit_jax` imports no JAX and starts no XLA
+# backend. That matters because gymnax, which the environments build on, runs a JAX
+# operation when it is imported, and XLA reads XLA_FLAGS only when its backend starts; so
+# `cj.configure_process()` right after `import credit_jax` still takes effect in the
+# process itself (BUILD.md "No hang from Python").
+_SUBMODULES = ("algos", "baselines", "diagnostics", "envs", "fast_paths", "hindsight",
+               "nets", "replay", "returns", "rollout", "search")
+_NAMES = {
+    "credit_jax.types": ("PolicyFn", "PolicyState", "PresampledPolicy", "SequencePolicy",
+                         "Trajectory", "to_batch_major"),
+    "credit_jax.returns": ("discounted_returns", "gae", "lambda_returns", "td_errors"),
+    "credit_jax.baselines": ("RunningBaseline", "group_advantages",
+                             "running_baseline_advantages", "running_baseline_init",
+                             "running_baseline_update"),
+    "credit_jax.search": ("SearchOutput", "SearchStats", "SearchTree", "make_mctx_search",
+                          "make_search"),
+    "credit_jax.algos": ("make_train",),
+}
+_HOME = {name: module for module, names in _NAMES.items() for name in names}
+_HOME.update({name: f"credit_jax.{name}" for name in _SUBMODULES})
+
+
+def configure_process(num_seeds=None, **kwargs):
+  """Sets the XLA CPU flags that keep the installed jaxlib from hanging; call it once,
+  before the first JAX computation (right after `import credit_jax as cj`).
+
+  Returns the flags it added to XLA_FLAGS (none on a jaxlib that needs none). See
+  `credit_jax.runtime.launch.configure_process` for `num_seeds` and the options.
+  """
+  from credit_jax.runtime import launch   # imports no JAX
+  return launch.configure_process(num_seeds, **kwargs)
+
 
 # Module names of the flat layout before the layer folders, kept for one release so
 # research forks that wrote `cj.networks.ActorCritic` keep working (with a warning).
@@ -65,6 +82,13 @@ _MOVED = {
 
 
 def __getattr__(name):
+  if name in _HOME:
+    from credit_jax.runtime import launch
+    launch.warn_if_unconfigured(stacklevel=3)   # the first use: before anything runs
+    module = _importlib.import_module(_HOME[name])
+    value = module if name in _SUBMODULES else getattr(module, name)
+    globals()[name] = value           # later lookups skip __getattr__
+    return value
   if name in _MOVED:
     _warnings.warn(f"credit_jax.{name} moved to {_MOVED[name]}; the old name goes in the "
                    f"next release", DeprecationWarning, stacklevel=2)
@@ -72,10 +96,14 @@ def __getattr__(name):
   raise AttributeError(f"module 'credit_jax' has no attribute {name!r}")
 
 
+def __dir__():
+  return sorted(set(globals()) | set(__all__))
+
+
 __all__ = [
     "PolicyFn", "PolicyState", "PresampledPolicy", "RunningBaseline", "SearchOutput",
     "SearchStats", "SearchTree", "SequencePolicy", "Trajectory", "algos", "baselines",
-    "diagnostics", "discounted_returns", "envs", "fast_paths", "gae", "group_advantages",
+    "configure_process", "diagnostics", "discounted_returns", "envs", "fast_paths", "gae", "group_advantages",
     "hindsight", "lambda_returns", "make_mctx_search", "make_search", "make_train", "nets",
     "replay", "returns", "rollout", "running_baseline_advantages", "running_baseline_init",
     "running_baseline_update", "search", "td_errors", "to_batch_major",

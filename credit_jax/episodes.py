@@ -23,13 +23,16 @@ def has_success(config) -> bool:
 
   credit_jax's own environments (`envs.CreditEnv`: KeyChain and the goal environments)
   pay a reward of 1 for solving the task and 0 otherwise, so an episode succeeded iff its
-  return is positive. gymnax's environments (CartPole, ...) have no success notion.
+  return is positive. gymnax's environments (CartPole, ...) have none, except the ids
+  of `credit_jax/envs/success.py` whose rule the recipes' test agrees with (Catch,
+  MemoryChain: the final reward is the only one).
   """
   try:
     env, _ = envs.make(config.env_name, **dict(config.get("env_kwargs", {}) or {}))
   except ValueError:
     return False
-  return isinstance(env, envs.CreditEnv)
+  rule = envs.success.rule_for(config.env_name)
+  return isinstance(env, envs.CreditEnv) or (rule is not None and rule.recipes_agree)
 
 
 def _ended_totals(x: Array, dones: Array, running: Array) -> Tuple[Array, Array]:

@@ -47,8 +47,12 @@ from typing import Dict, List, Optional
 
 SCHED = "xla_cpu_enable_concurrency_optimized_scheduler"
 EIGEN = "xla_cpu_multi_thread_eigen"
-# Setting name -> XLA_FLAGS. "default" spells out jaxlib 0.10's defaults.
+YNN = "xla_cpu_experimental_ynn_fusion_type"
+# Setting name -> XLA_FLAGS. "default" spells out jaxlib 0.10's defaults; "none" sets no
+# flag (for a program that adds none itself); "ynn_off" turns off XLA's YNNPACK fusions.
 SETTINGS: Dict[str, str] = {
+    "none": "",
+    "ynn_off": f"--{YNN}=",
     "default": f"--{SCHED}=true --{EIGEN}=true",
     "sched_off": f"--{SCHED}=false --{EIGEN}=true",
     "eigen_off": f"--{SCHED}=true --{EIGEN}=false",
@@ -69,9 +73,38 @@ def cpu_seconds(pid: int) -> Optional[float]:
   return sum(int(x) for x in fields[11:15]) / ticks
 
 
+def thread_states(pid: int) -> str:
+  """One line: how many threads of `pid` wait in which kernel function (/proc wchan)."""
+  counts = collections.Counter()
+  try:
+    for tid in os.listdir(f"/proc/{pid}/task"):
+      try:
+        with open(f"/proc/{pid}/task/{tid}/wchan") as f:
+          counts[f.read().strip() or "running"] += 1
+      except OSError:
+        counts["?"] += 1
+  except OSError:
+    return "(no /proc)"
+  return ", ".join(f"{n} x {w}" for w, n in counts.most_common())
+
+
+def native_stacks(pid: int, out_path: str) -> None:
+  """Appends gdb's backtrace of every thread of `pid` to `out_path` (if gdb is there)."""
+  with open(out_path, "a") as out:
+    out.write("\n--- soak: native stacks (gdb) ---\n")
+    out.flush()
+    try:
+      subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex",
+                      "thread apply all bt 12"], stdout=out, stderr=subprocess.STDOUT,
+                     timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+      out.write(f"(gdb failed: {e})\n")
+
+
 def run_once(argv: List[str], xla_flags: str, timeout: float, idle: float,
-             idle_cpu: float, out_path: str) -> dict:
-  """Runs `argv` with XLA_FLAGS=`xla_flags`; returns {status, wall, cpu, reason}."""
+             idle_cpu: float, out_path: str, gdb: bool = False) -> dict:
+  """Runs `argv` with XLA_FLAGS=`xla_flags`; returns {status, wall, cpu, reason, load}."""
+  load = os.getloadavg()[0]
   env = dict(os.environ, XLA_FLAGS=xla_flags, PYTHONFAULTHANDLER="1")
   env.setdefault("JAX_PLATFORMS", "cpu")
   before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -98,11 +131,14 @@ def run_once(argv: List[str], xla_flags: str, timeout: float, idle: float,
       status, reason = "hung", f"no CPU for {now - last_change:.0f} s (cpu {cpu:.1f} s)"
   wall = time.monotonic() - t0
   if status == "hung":
+    reason += f"; threads: {thread_states(proc.pid)}"
+    if gdb:
+      native_stacks(proc.pid, out_path)
     _kill(proc)
   after = resource.getrusage(resource.RUSAGE_CHILDREN)   # the whole run, once reaped
   cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-  return {"status": status, "wall": round(wall, 1),
-          "cpu": round(cpu, 1), "reason": reason}
+  return {"status": status, "wall": round(wall, 1), "cpu": round(cpu, 1),
+          "reason": reason, "load": [round(load, 2), round(os.getloadavg()[0], 2)]}
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -125,8 +161,8 @@ def summarize(records: List[dict]) -> str:
   for r in records:
     by.setdefault(r["setting"], []).append(r)
   lines = ["| setting | XLA_FLAGS | runs | finished | hung | failed | wall s (median, "
-           "min-max, finished) | CPU s (median, finished) |",
-           "|---|---|---|---|---|---|---|---|"]
+           "min-max, finished) | CPU s (median, finished) | load 1-min (min-max) |",
+           "|---|---|---|---|---|---|---|---|---|"]
   for name, rs in by.items():
     counts = collections.Counter(r["status"] for r in rs)
     walls = [r["wall"] for r in rs if r["status"] == "finished"]
@@ -134,9 +170,11 @@ def summarize(records: List[dict]) -> str:
     wall = (f"{statistics.median(walls):.0f} ({min(walls):.0f}-{max(walls):.0f})"
             if walls else "-")
     cpu = f"{statistics.median(cpus):.0f}" if cpus else "-"
+    loads = [x for r in rs for x in r.get("load", [])]
+    load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-"
     lines.append(f"| {name} | `{rs[0]['xla_flags']}` | {len(rs)} | "
                  f"{counts['finished']} | {counts['hung']} | {counts['failed']} | {wall} | "
-                 f"{cpu} |")
+                 f"{cpu} | {load} |")
   return "\n".join(lines)
 
 
@@ -201,6 +239,8 @@ def main(args: Optional[List[str]] = None) -> int:
                       help="seconds of (almost) no CPU after which a run counts as hung")
   parser.add_argument("--idle_cpu", type=float, default=0.2,
                       help="CPU seconds a run must use within --idle to count as alive")
+  parser.add_argument("--gdb", action="store_true", help="dump a hung run's native "
+                      "stacks with gdb (before it is killed)")
   parser.add_argument("--log", default=None, help="JSON-lines file, one record per run "
                       "(appended; an existing file's records are counted too)")
   parser.add_argument("--outdir", default=None, help="where each run's output and "
@@ -233,7 +273,7 @@ def main(args: Optional[List[str]] = None) -> int:
       tag = f"{name}_{len(records):03d}"
       argv = [x.replace("{workdir}", os.path.join(outdir, tag)) for x in program]
       r = run_once(argv, flags, a.timeout, a.idle, a.idle_cpu,
-                   os.path.join(outdir, tag + ".out"))
+                   os.path.join(outdir, tag + ".out"), gdb=a.gdb)
       r.update(setting=name, xla_flags=flags, run=i, tag=tag,
                program=label,
                time=time.strftime("%Y-%m-%dT%H:%M:%S"))
@@ -242,7 +282,8 @@ def main(args: Optional[List[str]] = None) -> int:
         with open(a.log, "a") as f:
           f.write(json.dumps(r) + "\n")
       print(f"[{i + 1}/{a.runs}] {name:10s} {r['status']:8s} wall {r['wall']:7.1f} s "
-            f"cpu {r['cpu']} s  {r['reason']}  ({tag}.out)", flush=True)
+            f"cpu {r['cpu']} s load {r['load'][0]}  {r['reason']}  ({tag}.out)",
+            flush=True)
   print(summarize(records), flush=True)
   return 0
 

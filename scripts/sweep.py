@@ -11,7 +11,8 @@ metrics.jsonl and TensorBoard events; the same command again resumes (finished c
 skipped, a half-finished call continues from its checkpoint). Over several processes, run
 the same command in each with `--distributed` or `--coordinator_address=HOST:PORT
 --num_processes=N --process_id=I` (a shared --workdir): each call's runs are split over
-all their devices. All logic lives in credit_jax/sweep/.
+all their devices. All logic lives in credit_jax/sweep/. A failure is one line and the
+exit status of scripts/train.py (credit_jax/runtime/cli.py; `--debug`: the traceback).
 """
 import importlib.util
 import os
@@ -23,7 +24,7 @@ import distributed  # before credit_jax is imported: see that module for why
 
 distributed.initialize_or_exit(sys.argv)
 
-from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,g-bad-import-order
+from absl import app, flags  # pylint: disable=g-import-not-at-top,g-bad-import-order
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -39,8 +40,8 @@ distributed.define_flags(flags)
 
 
 def _standalone(name: str):
-  """credit_jax/runtime/<name>.py loaded on its own (launch.py, watchdog.py: neither imports the
-  package): importing the credit_jax package runs a JAX computation (gymnax, at import),
+  """credit_jax/runtime/<name>.py loaded on its own (launch.py, watchdog.py, cli.py: none
+  imports the package): importing the credit_jax package runs a JAX computation (gymnax, at import),
   which would start the backend before XLA_FLAGS is set and make configure_process
   re-execute the process (and, under jax.distributed, drop its connection to the
   coordinator)."""
@@ -54,6 +55,7 @@ def _standalone(name: str):
 
 
 _watchdog = _standalone("watchdog")
+_cli = _standalone("cli")
 _WATCHDOG = _watchdog.define_flags(flags, "progress line", floor_s=900.0)
 
 
@@ -69,20 +71,20 @@ def _runs_upper_bound(node) -> int:
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  config = _CONFIG.value
+    _cli.fail(f"unexpected arguments: {argv[1:]}", _cli.EXIT_USAGE)
+  config = _cli.config_value(_CONFIG, "config")
   match = re.fullmatch(r"(\d+)/(\d+)", _SHARD.value)
   if not match:
-    raise app.UsageError(f"--shard must be i/n, got {_SHARD.value!r}")
+    _cli.fail(f"--shard must be i/n, got {_SHARD.value!r}", _cli.EXIT_USAGE)
+  # Before JAX starts its backend (importing credit_jax below): it logs at INFO.
+  _cli.quiet_library_logs()
   launch = _standalone("launch")
   launch.configure_process(
       num_seeds=int(config.seeds) * _runs_upper_bound(config.get("axes") or {}))
-  from credit_jax import sweep
-  from credit_jax.sweep import grid  # pylint: disable=g-import-not-at-top
+  from credit_jax import sweep  # pylint: disable=g-import-not-at-top
   from credit_jax import fast_paths
   fast = _FAST_PATHS.value
   fast_paths.set_enabled(not cpu_affinity.accelerator_present() if fast is None else fast)
-  logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
   # The sweep logs a line per compiled chunk and per call: each line tells the watchdog
   # the run is alive; a silence past the limit dumps every thread's stack and exits 4.
   dog = _watchdog.Watchdog(
@@ -93,14 +95,15 @@ def main(argv):
       advice=launch.hang_advice)
   log = _watchdog.heartbeat_log(dog, lambda line: print(line, flush=True))
 
-  try:
+  from credit_jax.runtime import workdir  # pylint: disable=g-import-not-at-top
+
+  def body():
+    workdir.prepare(_WORKDIR.value)   # a file, or not writable: one line, exit 2
     with dog:
       sweep.run_sweep(config, _WORKDIR.value, shard=(int(match[1]), int(match[2])),
                       log=log)
-  except grid.ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  _cli.guard(body)   # one line and the exit status of credit_jax/runtime/cli.py
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=_cli.parse_flags)

@@ -16,9 +16,21 @@ split over them (on a CPU: `JAX_NUM_CPU_DEVICES=2 python3 scripts/train.py ...
 --num_processes=N --process_id=I` and a --workdir they share; process 0 writes the
 metrics, plots and summary. All logic lives in credit_jax/runtime/run.py.
 
-Exit codes: 0 done; 2 bad config or command line, or the workdir is in use by another run;
-3 non-finite loss, or no checkpoint restores; 4 the watchdog found the run hung;
-128 + N stopped by signal N (SIGINT 130, SIGTERM 143) after saving a checkpoint.
+A finished run trains longer when the same command raises `--config.num_updates` (or
+`--config.total_timesteps`): it continues from its last checkpoint, exactly as one longer
+run would (refused where the longer run compiles differently, e.g. `anneal_lr=True`).
+Besides the newest checkpoints, the one with the best `config.best_metric` (default the
+recipe's first headline metric, e.g. success) is kept in checkpoints_best/ for
+scripts/evaluate.py --checkpoint=best. A warning line says when the entropy or gradient
+norm has been 0 for 5 updates or the loss exploded.
+
+Every failure is one line on stderr (`--debug`: the traceback) and an exit status:
+0 done; 1 an unexpected error (a bug); 2 bad command line, config or workdir (a typo'd
+field, a bad variant, a missing config file, a workdir that is a file, not writable, or in
+use by another run); 3 non-finite loss, or no checkpoint restores; 4 the watchdog found
+the run hung; 5 a checkpoint or metrics write failed (disk full): rerun to resume;
+128 + N stopped by signal N (SIGINT 130, SIGTERM 143) after saving a checkpoint
+(credit_jax/runtime/cli.py).
 """
 import os
 import sys
@@ -30,12 +42,15 @@ import distributed  # before credit_jax is imported: see that module for why
 # --coordinator_address with --num_processes and --process_id).
 distributed.initialize_or_exit(sys.argv)
 
-from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,g-bad-import-order
+from absl import app, flags  # pylint: disable=g-import-not-at-top,g-bad-import-order
 from ml_collections import config_flags
 
-from credit_jax.runtime import checkpoint, launch, run, watchdog, workdir
-from credit_jax import fast_paths
-from credit_jax.algos import ConfigError
+from credit_jax.runtime import cli, launch, watchdog   # none of them runs JAX
+
+# main() sets the XLA flags for the config's seed count, before any JAX computation; the
+# config file (parsed before main) imports the library, which warns at its first use in
+# a process nobody configured. Configured here for now as a one-seed program (no flag).
+launch.configure_process(num_seeds=1)
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with a variant: configs/<name>.py[:variant].")
@@ -50,26 +65,20 @@ distributed.define_flags(flags)
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  config = _CONFIG.value
-  # Process-wide XLA options from the parsed config. Importing credit_jax (gymnax) has
-  # started JAX, so when options must be added this re-executes the process with them.
+    cli.fail(f"unexpected arguments: {argv[1:]}", cli.EXIT_USAGE)
+  config = cli.config_value(_CONFIG, "config")
+  # Process-wide XLA options from the parsed config, before the run loop is imported.
   # (A bad seed count is named by the config check below.)
-  launch.configure_process(num_seeds=max(1, int(config.seeds)))
-  logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  launch.configure_process(num_seeds=max(1, int(config.get("seeds", 1))))
+  cli.quiet_library_logs()  # orbax logs every save at INFO, and its errors at length
+  from credit_jax import fast_paths  # pylint: disable=g-import-not-at-top
+  from credit_jax.runtime import run  # pylint: disable=g-import-not-at-top
   fast = _FAST_PATHS.value
   fast_paths.set_enabled(not cpu_affinity.accelerator_present() if fast is None else fast)
   try:
-    config = launch.apply_env_overrides(config)
-    run.train_and_evaluate(
-        config, _WORKDIR.value, log=print,
-        watchdog=_WATCHDOG())
-  except (ConfigError, workdir.WorkdirBusyError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-  except (run.NonFiniteLossError, checkpoint.CheckpointError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(3)
+    cli.guard(lambda: run.train_and_evaluate(
+        launch.apply_env_overrides(config), _WORKDIR.value, log=print,
+        watchdog=_WATCHDOG()), passthrough=(run.Interrupted,))
   except run.Interrupted as e:
     print(f"stopped: {e}", file=sys.stderr)
     if e.abandoned:   # its chunk still runs in a thread: leave without Python's shutdown

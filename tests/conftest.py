@@ -3,9 +3,10 @@ CPU backend at optimisation level 0.
 
 Tests run vmapped multi-seed programs in the pytest process itself, so they get the XLA
 CPU setting of credit_jax/runtime/launch.py (the jaxlib 0.10 wedge, BUILD.md "Hang soak") like
-scripts/train.py does, from the same table. launch.py is loaded by file path: importing
-the credit_jax package imports gymnax, which starts a JAX backend, after which XLA_FLAGS
-could no longer apply. Subprocesses started by tests inherit the setting.
+scripts/train.py does, from the same table. launch.py is loaded by file path, before any
+test module imports a credit_jax module that imports gymnax (which starts a JAX backend,
+after which XLA_FLAGS could no longer apply). Subprocesses started by tests inherit the
+setting (tests/test_no_hang.py removes it, to test the scripts' own call).
 
 Optimisation level 0: the suite's time is mostly XLA compiles of small programs that then
 run for a fraction of a second, so `--xla_backend_optimization_level=0` is appended to

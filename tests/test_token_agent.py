@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from credit_jax import envs, rollout
-from credit_jax.algos import grpo, token_agent
+from credit_jax.algos import token_agent
 from credit_jax.config import ConfigError
 from credit_jax.nets import lm, mlp
 
@@ -102,9 +102,9 @@ def test_masks_keep_prompt_and_tool_tokens_out_of_the_losses():
   # GRPO's surrogate on [T, n, K] (here n = 1 task of K = 6 streams).
   mb = {"actions": traj.actions[:, None], "log_probs": traj.log_probs[:, None] - 0.1,
         "advantages": adv[:, None], "valid": mask[:, None]}
-  for agg in grpo.AGGREGATIONS:
+  for agg in token_agent.AGGREGATIONS:
     def loss(lg, agg=agg):
-      return grpo.surrogate_loss(lg[:, None], None, mb, hp, agg)[0]
+      return token_agent.group_surrogate(lg[:, None], None, mb, hp, agg)[0]
     assert _loss_grads_at_forced_steps(loss, logits, mask) == 0.0
   mb = {"mask": mask, "actions": traj.actions, "log_probs": traj.log_probs - 0.1,
         "advantages": adv, "targets": adv, "values": values}
@@ -123,6 +123,45 @@ def test_masks_keep_prompt_and_tool_tokens_out_of_the_losses():
   sft = jax.jit(functools.partial(token_agent.sft_loss, net))
   a, b = sft(p, demo), sft(p, noisy)
   np.testing.assert_allclose(a, b)
+
+
+def test_group_surrogate_matches_a_numpy_loop_for_each_aggregation():
+  rng = np.random.default_rng(0)
+  T, N, K, V = 5, 2, 3, 4
+  logits = rng.normal(size=(T, N, K, V)).astype(np.float32)
+  ref = rng.normal(size=(T, N, K, V)).astype(np.float32)
+  actions = rng.integers(0, V, size=(T, N, K))
+  old = rng.normal(size=(T, N, K)).astype(np.float32) - 1.5
+  adv = rng.normal(size=(T, N, K)).astype(np.float32)
+  valid = rng.random((T, N, K)) < 0.6
+  valid[:, 0, 0] = False                              # one stream with no agent token
+  hp = {"clip_eps": 0.2, "ent_coef": 0.05, "kl_coef": 0.3}
+  mb = {"actions": jnp.asarray(actions), "log_probs": jnp.asarray(old),
+        "advantages": jnp.asarray(adv), "valid": jnp.asarray(valid)}
+  lp_all = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  ref_all = ref - np.log(np.exp(ref).sum(-1, keepdims=True))
+  lp = np.take_along_axis(lp_all, actions[..., None], -1)[..., 0]
+  rlp = np.take_along_axis(ref_all, actions[..., None], -1)[..., 0]
+  ratio = np.exp(lp - old)
+  pg = -np.minimum(ratio * adv, np.clip(ratio, 0.8, 1.2) * adv)
+  ent = -(np.exp(lp_all) * lp_all).sum(-1)
+  kl = np.exp(rlp - lp) - (rlp - lp) - 1.0
+  for kind in token_agent.AGGREGATIONS:
+    def agg(x):
+      if kind == "token_mean":
+        return (x * valid).sum() / max(valid.sum(), 1)
+      if kind == "constant":
+        return (x * valid).sum() / x.size
+      per = [sum(x[t, n, k] for t in range(T) if valid[t, n, k]) / max(valid[:, n, k].sum(), 1)
+             for n in range(N) for k in range(K)]
+      return np.mean(per)
+    want = agg(pg) - hp["ent_coef"] * agg(ent) + hp["kl_coef"] * agg(kl)
+    got, aux = jax.jit(token_agent.group_surrogate, static_argnums=4)(
+        jnp.asarray(logits), jnp.asarray(ref), mb, hp, kind)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(aux["kl_ref"], agg(kl), rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="kind"):
+    token_agent.aggregation_weights(jnp.asarray(valid), "sum")
 
 
 def _numpy_gae(rewards, values, bootstrap, gamma, lam):

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from credit_jax.algos import ConfigError
+from credit_jax.config import ConfigError
 from credit_jax.experiments import report, token_study
 
 

@@ -10,7 +10,7 @@ the rollout's `lax.scan` (`credit_jax/envs/tokens.py` for the stream it reads). 
        "grpo" / "rloo" / "drgrpo": `group_size` (K) samples per prompt
          (`rollout.collect_groups`), group advantages of the episode returns
          (`baselines.group_advantages`) on every agent token, GRPO's clipped surrogate
-         (`grpo.surrogate_loss`, aggregated as `loss_aggregation` says: Dr. GRPO as
+         (`group_surrogate`, aggregated as `loss_aggregation` says: Dr. GRPO as
          published pairs "drgrpo" with "constant");
        "ppo": PPO with GAE on the LM's value head (or an independent critic trunk,
          `network.critic = "separate"`), over `num_tasks * group_size` fresh prompts.
@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from credit_jax import baselines, episodes, rollout
-from credit_jax.algos import grpo, losses, train as train_lib
+from credit_jax.algos import losses, train as train_lib
 from credit_jax.envs import tokens
 from credit_jax.nets import lm, mlp
 from credit_jax.returns import gae
@@ -61,6 +61,7 @@ from credit_jax.returns import gae
 HPARAMS = ("lr", "sft_lr", "clip_eps", "ent_coef", "kl_coef", "vf_coef", "gamma",
            "gae_lambda", "prm_weight", "max_grad_norm")
 ESTIMATORS = ("grpo", "rloo", "drgrpo", "ppo")
+AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -120,8 +121,8 @@ def validate_fields(config) -> None:
   req(config.num_tasks % config.num_minibatches == 0, "num_minibatches",
       f"num_tasks={config.num_tasks} is not divisible by num_minibatches="
       f"{config.num_minibatches}")
-  req(config.loss_aggregation in grpo.AGGREGATIONS, "loss_aggregation",
-      f"must be one of {grpo.AGGREGATIONS}, got {config.loss_aggregation!r}")
+  req(config.loss_aggregation in AGGREGATIONS, "loss_aggregation",
+      f"must be one of {AGGREGATIONS}, got {config.loss_aggregation!r}")
   req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
   for f in ("ent_coef", "kl_coef", "vf_coef", "prm_weight", "sft_lr"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
@@ -173,6 +174,55 @@ def sft_loss(network, params, demo: tokens.Demonstrations):
   right = (jnp.argmax(logits, -1) == demo.actions).astype(jnp.float32)
   return (-episodes.masked_mean(log_probs, mask),
           episodes.masked_mean(right, mask))
+
+
+def aggregation_weights(mask: jax.Array, kind: str):
+  """`(weights [T, ...], normalizer [])` with `sum(x * weights) / normalizer` the loss
+  aggregate of per-token terms `x [T, ...]` over the tokens in `mask [T, ...]`.
+
+  token_mean: the mean over all masked tokens (GRPO); sequence_mean: each stream's mean
+  over its masked tokens, averaged over streams; constant: the masked sum over the fixed
+  token budget `mask.size` (Dr. GRPO: no length normalisation).
+  """
+  if kind not in AGGREGATIONS:
+    raise ValueError(f"kind must be one of {AGGREGATIONS}, got {kind!r}")
+  m = mask.astype(jnp.float32)
+  if kind == "token_mean":
+    return m, jnp.sum(m)
+  if kind == "sequence_mean":
+    length = jnp.maximum(jnp.sum(m, axis=0, keepdims=True), 1.0)   # [1, ...]
+    return m / length, jnp.asarray(m[0].size, jnp.float32)
+  return m, jnp.asarray(m.size, jnp.float32)
+
+
+def group_surrogate(logits, ref_logits, mb, hp, kind: str):
+  """The group estimators' loss on a minibatch: `(loss [], aux)`.
+
+  Args:
+    logits: [T, ..., V] the policy's logits at the minibatch's tokens.
+    ref_logits: [T, ..., V] the frozen reference policy's, or None (no KL term).
+    mb: `actions`, `log_probs` (at collection), `advantages`, `valid` (the loss mask),
+      each `[T, ...]`.
+    hp: traced `clip_eps`, `ent_coef`, `kl_coef`.
+    kind: one of `AGGREGATIONS`.
+  """
+  if logits.shape[:-1] != mb["actions"].shape:
+    raise ValueError(f"logits [T, ..., V] and actions [T, ...] disagree: "
+                     f"{logits.shape}, {mb['actions'].shape}")
+  weights, normalizer = aggregation_weights(mb["valid"], kind)
+  log_probs = mlp.categorical_log_prob(logits, mb["actions"])
+  # aux: policy loss on the loss's scale; entropy, clip fraction and approx KL as means
+  # over the tokens weighted as the aggregate weighs them.
+  loss, aux = losses.weighted_clipped_policy_loss(
+      log_probs, mb["log_probs"], mb["advantages"], mlp.categorical_entropy(logits),
+      weights, normalizer, hp["clip_eps"], hp["ent_coef"])
+  kl = jnp.zeros(())
+  if ref_logits is not None:
+    ref_log_probs = mlp.categorical_log_prob(ref_logits, mb["actions"])
+    kl = (jnp.sum(losses.kl_to_reference(log_probs, ref_log_probs) * weights)
+          / jnp.maximum(normalizer, 1.0))
+    loss = loss + hp["kl_coef"] * kl
+  return loss, {**aux, "kl_ref": kl}
 
 
 def ppo_loss(logits, values, mb, hp):
@@ -270,7 +320,7 @@ def make_train(config) -> train_lib.Train:
   def group_loss(params, mb, ref_params, hp):
     logits, _ = lm.sequence(network, params, mb["tokens"])              # [T, n, K, V]
     ref_logits = lm.sequence(network, ref_params, mb["tokens"])[0] if use_kl else None
-    return grpo.surrogate_loss(logits, ref_logits, mb, hp, agg)
+    return group_surrogate(logits, ref_logits, mb, hp, agg)
 
   def group_update(state, hp, k_roll):
     traj = rollout.collect_groups(env, env_params, policy, state.params, k_roll,

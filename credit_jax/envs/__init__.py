@@ -14,6 +14,11 @@ Token environments (`credit_jax/envs/tokens.py`: the vocabulary, the stream and 
 grammar of tool calls): `ToolArith-v0` (a chain of calculator calls) and `ToolLookup-v0`
 (chained lookups in a hidden table); observations are `[2]` int32 tokens, not floats.
 
+Your own environment: `register("MyEnv-v0", MyEnv)` (a gymnax `Environment` class, or a
+function returning one, whose keyword parameters are its static options), or name it by
+import path in a config, `env_name="my_pkg.my_module:MyEnv"` (imported and registered
+on first use). A `CreditEnv` subclass reports `success` (return > 0) in every recipe.
+
 Wrappers (`credit_jax/envs/wrappers.py`): `HistoryWrapper(env, W)` turns observations
 into a window of the last W; `DesiredGoalWrapper(env)` adds the episode's goal to a goal
 environment's `info` for hindsight relabeling.
@@ -21,11 +26,13 @@ environment's `info` for hindsight relabeling.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import gymnax
 
+from credit_jax.envs import success
 from credit_jax.envs.base import CreditEnv, check_param_range, check_step_limit
 from credit_jax.envs.bitflip import BitFlip
 from credit_jax.envs.goal import GoalEnvMixin
@@ -50,23 +57,82 @@ _REGISTRY: Dict[str, type] = {
 }
 
 
+def register(name: str, factory: Callable[..., Any], *, replace: bool = False) -> None:
+  """Makes `make(name, **options)` build `factory(**static_options)`.
+
+  Args:
+    name: the new id. Not a gymnax id; not registered already to another factory unless
+      `replace` (registering the same factory again is a no-op).
+    factory: a gymnax `Environment` subclass, or a function returning an instance. Its
+      keyword parameters are the static options `make` accepts; the fields of the
+      instance's `default_params` are the params options.
+  Raises:
+    ValueError: a bad `name` or `factory`, or a name taken.
+  """
+  if not isinstance(name, str) or not name.strip():
+    raise ValueError(f"name must be a non-empty string, got {name!r}")
+  if not callable(factory):
+    raise ValueError(f"factory for {name!r} must be a class or function, got {factory!r}")
+  if name in gymnax.registered_envs:
+    raise ValueError(f"{name!r} is a gymnax id; register yours under another name")
+  if _REGISTRY.get(name, factory) is not factory and not replace:
+    raise ValueError(f"{name!r} is registered already (to {_REGISTRY[name]!r}); pick "
+                     f"another name or pass replace=True")
+  _REGISTRY[name] = factory
+
+
+def _import_factory(path: str) -> Callable[..., Any]:
+  """The object `path` ("pkg.module:Name") names."""
+  module_name, _, attr = path.partition(":")
+  if not module_name or not attr:
+    raise ValueError(f"environment path {path!r} must look like 'pkg.module:Class'")
+  try:
+    module = importlib.import_module(module_name)
+  except ImportError as e:
+    raise ValueError(f"environment {path!r}: cannot import {module_name!r} ({e}); is it "
+                     f"on PYTHONPATH?") from None
+  try:
+    obj = module
+    for part in attr.split("."):
+      obj = getattr(obj, part)
+  except AttributeError:
+    raise ValueError(f"environment {path!r}: module {module_name!r} has no "
+                     f"{attr!r}") from None
+  return obj
+
+
+def resolve(name: str) -> Optional[Callable[..., Any]]:
+  """The factory `make(name)` calls: a registered id's, or that of a "pkg.module:Class"
+  path (imported, then registered under `name`); None for a gymnax id.
+
+  Raises ValueError for an unknown id or a path that does not import.
+  """
+  if name in _REGISTRY:
+    return _REGISTRY[name]
+  if name in gymnax.registered_envs:
+    return None
+  if isinstance(name, str) and ":" in name:
+    register(name, _import_factory(name))
+    return _REGISTRY[name]
+  raise ValueError(f"unknown environment {name!r}; known: {', '.join(registered_envs())}"
+                   f" (or register your own: credit_jax.envs.register, or "
+                   f"'pkg.module:Class')")
+
+
 def registered_envs() -> Tuple[str, ...]:
-  """The ids `make` accepts: credit_jax's own, then gymnax's."""
+  """The ids `make` accepts: credit_jax's own and those registered, then gymnax's."""
   return tuple(_REGISTRY) + tuple(
       name for name in gymnax.registered_envs if name not in _REGISTRY)
 
 
 def overrides_of(name: str) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
   """(static constructor options, params fields) that `make(name, ...)` accepts."""
-  if name in _REGISTRY:
-    factory = _REGISTRY[name]
+  factory = resolve(name) if isinstance(name, str) else None
+  if factory is not None:
     params = factory().default_params
-  elif name in gymnax.registered_envs:
+  else:
     env, params = gymnax.make(name)
     factory = type(env)
-  else:
-    raise ValueError(f"unknown environment {name!r}; known: "
-                     f"{', '.join(registered_envs())}")
   static = tuple(p for p in inspect.signature(factory).parameters
                  if p not in ("self", "args", "kwargs"))
   return static, tuple(f.name for f in dataclasses.fields(params))
@@ -95,10 +161,12 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
         f"{', '.join(static_names) or '(none)'}; params fields: {', '.join(param_names)}")
   static = {k: v for k, v in overrides.items() if k in static_names}
   param_overrides = {k: v for k, v in overrides.items() if k not in static_names}
-  if name in _REGISTRY:
-    env = _REGISTRY[name](**static)
+  factory = resolve(name)
+  if factory is not None:
+    env = factory(**static)
     params = env.default_params.replace(**param_overrides)
-    env.validate_params(params)
+    if hasattr(env, "validate_params"):
+      env.validate_params(params)
   else:
     env, params = gymnax.make(name, **static)
     params = params.replace(**param_overrides)
@@ -110,5 +178,6 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 __all__ = [
     "BitFlip", "CreditEnv", "DesiredGoalWrapper", "GoalEnvMixin", "GoalGrid",
     "HistoryState", "HistoryWrapper", "KeyChain", "KeyToDoor", "RunningSum", "TextEdit",
-    "ToolArith", "ToolLookup", "make", "overrides_of", "registered_envs",
+    "ToolArith", "ToolLookup", "make", "overrides_of", "register", "registered_envs",
+    "resolve", "success",
 ]

@@ -8,7 +8,9 @@ scripts/<name>.py is
 
 and runs as `python3 scripts/<name>.py --config=configs/<name>.py[:variant]
 --workdir=DIR [--config.<field>=VALUE ...]`. A config that cannot run stops before any
-computation with `error: config.<field>: ...` and exit status 2.
+computation with `error: config.<field>: ...` and exit status 2; every other failure is
+one line too, with the exit status of scripts/train.py (credit_jax/runtime/cli.py;
+`--debug`: the traceback).
 
 Like scripts/train.py, the main turns `credit_jax.fast_paths` on when JAX runs on a CPU
 (`--nofast_paths`: off; the figures in the README were made with them on), and arms a
@@ -19,14 +21,12 @@ thread's stack and the XLA setting to try, and exits with status 4 instead of ha
 """
 from __future__ import annotations
 
-import sys
 from types import ModuleType
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from credit_jax.runtime import launch, watchdog
-from credit_jax.algos import ConfigError
+from credit_jax.runtime import cli, launch, watchdog, workdir
 
 
 def main(experiment: ModuleType) -> None:
@@ -48,10 +48,11 @@ def main(experiment: ModuleType) -> None:
 
   def _main(argv):
     if len(argv) > 1:
-      raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    config = config_flag.value
+      cli.fail(f"unexpected arguments: {argv[1:]}", cli.EXIT_USAGE)
+    config = cli.config_value(config_flag, "config")
     # Before any JAX computation: XLA reads its flags when the backend starts.
-    launch.configure_process(num_seeds=experiment.num_seeds(config))
+    cli.guard(lambda: launch.configure_process(num_seeds=experiment.num_seeds(config)))
+    cli.quiet_library_logs()
     import jax  # pylint: disable=g-import-not-at-top
     from credit_jax import fast_paths
     fast = fast_flag.value
@@ -63,11 +64,10 @@ def main(experiment: ModuleType) -> None:
         advice=launch.hang_advice)
     log = watchdog.heartbeat_log(dog, lambda line: print(line, flush=True))
 
-    try:
+    def body():
+      workdir.prepare(workdir_flag.value)   # a file, or not writable: exit 2
       with dog:
         experiment.run(config, workdir_flag.value, log=log)   # validates first
-    except ConfigError as e:
-      print(f"error: {e}", file=sys.stderr)
-      sys.exit(2)
+    cli.guard(body)
 
-  app.run(_main)
+  app.run(_main, flags_parser=cli.parse_flags)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
@@ -25,12 +26,27 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
+from credit_jax.runtime import cli
+
 CONFIG_FILE = "config.json"
 CORRUPT_SUFFIX = "_corrupt"
 
 
 class CheckpointError(RuntimeError):
   """Checkpoints exist but none of them restores."""
+
+
+class CheckpointSaveError(RuntimeError):
+  """A checkpoint could not be written (disk full, I/O error); earlier ones are intact."""
+
+
+def _write_reason(error: BaseException) -> str:
+  """The OS's words for a failed write (orbax/tensorstore put its errno in the text)."""
+  for e in (error, error.__cause__, error.__context__):
+    if isinstance(e, OSError) and e.errno:
+      return os.strerror(e.errno)
+  match = re.search(r"os_error_code='?(\d+)", str(error))
+  return os.strerror(int(match.group(1))) if match else _reason(error)
 
 
 def _reason(error: BaseException) -> str:
@@ -95,12 +111,32 @@ class Checkpointer:
           f"over") from None
 
   def save(self, step: int, state: Any) -> None:
-    """Saves `state` (any pytree of arrays) as checkpoint `step` and waits for it."""
+    """Saves `state` (any pytree of arrays) as checkpoint `step` and waits for it.
+
+    Raises:
+      CheckpointSaveError: the write failed (disk full, read-only or I/O error), in one
+        line naming the newest checkpoint that is intact.
+    """
+    latest = self.latest_step()
+    try:
+      self._save(step, state)
+    except Exception as e:  # pylint: disable=broad-except  # orbax/tensorstore raise many types
+      if not cli.is_write_failure(e):
+        raise
+      kept = (f"update {latest} is the newest intact one" if latest is not None
+              else "none was saved before")
+      raise CheckpointSaveError(
+          f"could not save the checkpoint of update {step} in {self.directory} "
+          f"({_write_reason(e)}); {kept}: free space and rerun the same command to "
+          f"resume") from e
+
+  def _save(self, step: int, state: Any) -> None:
     items = {"state": ocp.args.StandardSave(state)}
     if self._config is not None:
       items["config"] = ocp.args.JsonSave(self._config)
       path = os.path.join(self.directory, CONFIG_FILE)
-      if jax.process_index() == 0 and not os.path.exists(path):   # one writer per run
+      # One writer per run; rewritten when a run is extended (a longer num_updates).
+      if jax.process_index() == 0 and self.saved_config() != self._config:
         with open(path + ".tmp", "w") as f:
           json.dump(self._config, f, indent=2, sort_keys=True)
         os.replace(path + ".tmp", path)
@@ -173,3 +209,74 @@ class Checkpointer:
 
   def __exit__(self, *exc) -> None:
     self.close()
+
+
+BEST_FILE = "best.json"
+
+
+def best_metric_of(config, headline) -> Tuple[Optional[str], str]:
+  """`(metric, mode)` a run keeps its best checkpoint by: `config.best_metric` ("" or
+  absent: the recipe's first headline metric, e.g. success; "none": no best checkpoint);
+  minimised for `loss` and names ending in `_loss`, else maximised."""
+  name = str(config.get("best_metric", "") or "") or (headline[0] if headline else "")
+  if not name or name == "none":
+    return None, "max"
+  return name, "min" if name == "loss" or name.endswith("_loss") else "max"
+
+
+class BestCheckpoint:
+  """The checkpoint with the best value of one metric so far, in its own directory.
+
+  `offer(step, value, state)` saves `state` there, replacing the previous best, when
+  `value` beats it (`mode` "max" or "min"); `directory/best.json` records the metric,
+  mode, step and value, and is read back on a resume (and by scripts/evaluate.py).
+
+  Args:
+    directory: where the best checkpoint lives (beside the run's `checkpoints/`).
+    metric: the metric's name; `mode`: "max" or "min".
+    config: saved beside it, as `Checkpointer` does.
+  """
+
+  def __init__(self, directory: str, metric: str, mode: str = "max",
+               config: Optional[Mapping[str, Any]] = None):
+    if mode not in ("max", "min"):
+      raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+    self.metric, self.mode = metric, mode
+    self.checkpointer = Checkpointer(directory, max_to_keep=1, config=config)
+    self.best = read_best(self.checkpointer.directory)
+    if self.best is not None and (self.best.get("metric"), self.best.get("mode")) != (
+        metric, mode):
+      self.best = None   # kept by another metric: the next offer replaces it
+
+  def offer(self, step: int, value: float, state: Any) -> bool:
+    """Saves `state` as the best when `value` beats the best so far; True if it did."""
+    value = float(value)
+    if not np.isfinite(value):
+      return False
+    if self.best is not None:
+      best = float(self.best["value"])
+      if not (value > best if self.mode == "max" else value < best):
+        return False
+    self.checkpointer.save(step, state)
+    info = {"metric": self.metric, "mode": self.mode, "step": int(step), "value": value}
+    if jax.process_index() == 0:
+      path = os.path.join(self.checkpointer.directory, BEST_FILE)
+      with open(path + ".tmp", "w") as f:
+        json.dump(info, f, indent=2)
+      os.replace(path + ".tmp", path)
+    self.best = info
+    return True
+
+  def close(self) -> None:
+    self.checkpointer.close()
+
+
+def read_best(directory: str) -> Optional[dict]:
+  """`best.json` of a `BestCheckpoint` directory, if it names a checkpoint that exists."""
+  try:
+    with open(os.path.join(directory, BEST_FILE)) as f:
+      info = json.load(f)
+  except (OSError, ValueError):
+    return None
+  step = info.get("step") if isinstance(info, dict) else None
+  return info if step is not None and os.path.isdir(os.path.join(directory, str(step))) else None

@@ -1,9 +1,14 @@
-"""Process setup for entry points, from the parsed config, in one place.
+"""Process setup for scripts and entry points, in one place.
 
-Library modules never touch process-wide settings (see docs/ARCHITECTURE.md). Entry
-points (scripts/train.py, the experiment scripts, the sweep runner, benchmarks) call
-`configure_process` at the top of their `main`, after absl has parsed the flags and the
-config and before anything runs a JAX computation:
+Library modules never touch process-wide settings (see docs/ARCHITECTURE.md). A script
+that uses the library makes one call before its first JAX computation:
+
+    import credit_jax as cj
+    cj.configure_process()        # this module's configure_process, for any program
+
+Entry points (scripts/train.py, the experiment scripts, the sweep runner, benchmarks)
+call it at the top of their `main`, after absl has parsed the flags and the config, with
+the number of seeds they vmap:
 
     def main(argv):
       config = _CONFIG.value
@@ -18,17 +23,22 @@ not name:
     ...
     config = launch.apply_env_overrides(_CONFIG.value)   # after configure_process
 
-What it sets, and why: jaxlib 0.10's XLA CPU runtime was seen to wedge for good (every
-thread parked, the result never ready) on vmapped multi-seed programs. `xla_flags_for`
+What it sets, and why: jaxlib 0.10's XLA CPU runtime wedges for good (every thread
+parked, the result never ready) on vmapped programs that batch a LAPACK kernel, such as
+any recipe's orthogonal initialisers vmapped over seeds (`_CPU_FLAGS`). `xla_flags_for`
 returns the XLA flags that avoid it on the installed jaxlib, and nothing for jaxlib
 versions not known to accept them (XLA aborts the whole process on a flag it does not
-know). XLA reads `XLA_FLAGS` once, when JAX creates its first backend; when a backend
-already exists and the flags are missing, the process re-executes itself with them (the
-same argv), so the setting never silently fails to apply. Importing the credit_jax
-package starts a backend (gymnax runs a JAX operation at import), so an entry point that
-imports it at the top re-executes once for a multi-seed run (a few seconds).
-scripts/distributed.py loads this file by path instead and sets the flags before
-`jax.distributed` starts, where a re-execution would break the processes' connection.
+know). XLA reads `XLA_FLAGS` once, when JAX creates its first backend. `import
+credit_jax` starts none (its submodules, and gymnax, which runs a JAX operation at
+import, load at first use), so the call right after it applies in the process itself.
+When a backend already exists and the flags are missing, a script re-executes itself with
+them (the same argv, a few seconds), so the setting never silently fails to apply; where
+there is no script to re-execute (`python3 -c`, a notebook) it raises, naming the
+XLA_FLAGS to start Python with. The package warns once, at the first use of a `cj.` name,
+when the installed jaxlib needs the flags and neither the call nor XLA_FLAGS set them
+(`warn_if_unconfigured`; a warning, no change to JAX). scripts/distributed.py loads this
+file by path and sets the flags before `jax.distributed` starts, where a re-execution
+would break the processes' connection.
 
 This file imports no JAX (nor any credit_jax module) at import time; it only reads
 jaxlib's version from the installed package metadata (`apply_env_overrides` imports
@@ -43,25 +53,33 @@ import inspect
 import os
 import re
 import sys
+import warnings
 from typing import (Any, Callable, Dict, List, MutableMapping, Optional, Sequence,
                     Tuple)
 
-# (flag name, value) pairs applied on CPU for multi-seed programs, per jaxlib (major, minor).
+# (flag name, value) pairs applied on CPU, per jaxlib (major, minor): to any program when
+# `num_seeds` is None, to multi-seed programs when an entry point gives it.
 # A flag already named in XLA_FLAGS (either way) is left as the user set it.
-# jaxlib 0.10: both the concurrency-optimised thunk scheduler and Eigen's intra-op thread
-# pool off. The wedge was seen once each in scripts/hindsight.py part b (GRPO cell) and
-# with 16 vmapped PPO seeds; reruns with one of the two off finished (issue 23; other
-# projects saw eigen=false remove it: 12 passes / 0 hangs against 2 / 14). Our soak
-# (scripts/soak.py, BUILD.md "Hang soak", jaxlib 0.10.2, 2 cores) saw 0 wedges in 11
-# default runs, so it cannot say which flag is needed; with both off, 20 of 20 runs of
-# hindsight.py part b and 20 of 20 16-seed PPO runs finished, none hung. CPU time per
-# run was the same with and without them (within the noise).
+# jaxlib 0.10 (BUILD.md "No hang from Python"): its CPU LAPACK kernels (QR, under every
+# orthogonal initialiser) split a vmapped batch over XLA's intra-op thread pool and wait
+# for the pieces from inside that pool. With the concurrency-optimised thunk scheduler,
+# two such kernels can occupy every pool thread of a 2-core machine, each waiting for
+# work queued behind the other: the process parks for good. PPO with a GRU, 2 vmapped
+# seeds, 2 cores, no flags: 5 of 5 runs hung (jaxlib 0.10.2; 5 of 5 on 0.10.1), every one
+# with the pool threads in QrFactorization -> ParallelBatchMap -> BlockingCounter::Wait;
+# with the scheduler off 5 of 5 finished; Eigen's thread pool off alone, or XLA's YNN
+# fusions off, hung 5 of 5. Eigen's pool stays off too: a wedge was once seen with the
+# scheduler alone off (scripts/prm.py), and turning it off costs nothing measurable here.
+# jaxlib 0.11.2 and later have no such wait (5 of 5 runs finished without flags).
 _CPU_FLAGS = {
     (0, 10): (("xla_cpu_enable_concurrency_optimized_scheduler", "false"),
               ("xla_cpu_multi_thread_eigen", "false")),
 }
 # Set in the re-executed child so that it never re-executes again.
 _REEXEC_MARK = "CREDIT_JAX_LAUNCH_REEXEC"
+# Whether configure_process ran in this process, and whether the warning was given.
+_CONFIGURED = False
+_WARNED = False
 
 
 def jaxlib_version() -> Optional[Tuple[int, int]]:
@@ -74,20 +92,23 @@ def jaxlib_version() -> Optional[Tuple[int, int]]:
   return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def xla_flags_for(num_seeds: int, version: Optional[Tuple[int, int]] = None,
+def xla_flags_for(num_seeds: Optional[int] = None,
+                  version: Optional[Tuple[int, int]] = None,
                   existing: str = "") -> List[str]:
-  """The `--name=value` XLA flags to add for a run of `num_seeds` vmapped seeds.
+  """The `--name=value` XLA flags to add for a program of `num_seeds` vmapped seeds.
 
   Args:
-    num_seeds: seeds (or cells) the program vmaps; one-seed runs get no flag (the wedge
-      was only seen with more than one, and the flags cost time at one).
+    num_seeds: seeds (or cells) the program vmaps, as an entry point knows it; one-seed
+      runs get no flag (the wedge needs a batched kernel, see `_CPU_FLAGS`). None (a
+      library user's script, which may vmap anything): the flags for any program.
     version: jaxlib (major, minor); default the installed one.
     existing: the current XLA_FLAGS; flags it already names are not added again.
   """
-  if not isinstance(num_seeds, int) or isinstance(num_seeds, bool) or num_seeds < 1:
-    raise ValueError(f"num_seeds must be an int >= 1, got {num_seeds!r}")
+  if num_seeds is not None and (not isinstance(num_seeds, int)
+                                or isinstance(num_seeds, bool) or num_seeds < 1):
+    raise ValueError(f"num_seeds must be None or an int >= 1, got {num_seeds!r}")
   version = jaxlib_version() if version is None else version
-  if num_seeds <= 1:
+  if num_seeds == 1:
     return []
   return [f"--{name}={value}" for name, value in _CPU_FLAGS.get(version, ())
           if name not in existing]
@@ -108,7 +129,7 @@ def _stderr(line: str) -> None:
   print(line, file=sys.stderr, flush=True)
 
 
-def configure_process(num_seeds: int = 1, *,
+def configure_process(num_seeds: Optional[int] = None, *,
                       environ: Optional[MutableMapping[str, str]] = None,
                       version: Optional[Tuple[int, int]] = None,
                       argv: Optional[Sequence[str]] = None,
@@ -116,24 +137,29 @@ def configure_process(num_seeds: int = 1, *,
                       log: Callable[[str], None] = _stderr) -> List[str]:
   """Adds the XLA flags for `num_seeds` vmapped seeds to XLA_FLAGS; returns those added.
 
-  Call before any JAX computation. If a JAX backend already exists and flags had to be
-  added, the process re-executes itself with `argv` (default: the command line as given)
-  and the new
-  environment (saying so through `log`), unless `reexec` is False, in which case it
-  raises RuntimeError.
+  Call before any JAX computation (`cj.configure_process()` in a script; entry points
+  pass `num_seeds`, None means any program). If a JAX backend already exists and flags had
+  to be added, a script run as `python3 FILE ...` re-executes itself with `argv`
+  (default: the command line as given) and the new environment (saying so through
+  `log`); it raises RuntimeError instead when `reexec` is False or there is no script
+  file to re-execute (`python3 -c`, a notebook, the REPL).
   """
+  global _CONFIGURED
   environ = os.environ if environ is None else environ
   existing = environ.get("XLA_FLAGS", "")
   added = xla_flags_for(num_seeds, version, existing)
+  if environ is os.environ:
+    _CONFIGURED = True
   if not added:
     if environ is os.environ:
       os.environ.pop(_REEXEC_MARK, None)   # a re-executed child: its children start clean
     return []
   environ["XLA_FLAGS"] = " ".join([existing] + added).strip()
   if environ is os.environ and _backend_started():
-    if not reexec or os.environ.get(_REEXEC_MARK):
+    args = list(argv if argv is not None else (_ORIGINAL_ARGV or sys.argv))
+    if not reexec or os.environ.get(_REEXEC_MARK) or not (args and os.path.isfile(args[0])):
       raise RuntimeError(
-          f"JAX started its backend before credit_jax.runtime.launch.configure_process could set "
+          f"JAX started its backend before credit_jax.configure_process could set "
           f"XLA_FLAGS={environ['XLA_FLAGS']!r}; call it before any JAX computation, or "
           f"start Python with that XLA_FLAGS")
     os.environ[_REEXEC_MARK] = "1"
@@ -141,9 +167,32 @@ def configure_process(num_seeds: int = 1, *,
         f"XLA_FLAGS={environ['XLA_FLAGS']!r}")
     sys.stdout.flush()
     sys.stderr.flush()
-    args = list(argv if argv is not None else (_ORIGINAL_ARGV or sys.argv))
     os.execv(sys.executable, [sys.executable] + args)
   return added
+
+
+def warn_if_unconfigured(environ: Optional[MutableMapping[str, str]] = None,
+                         version: Optional[Tuple[int, int]] = None,
+                         stacklevel: int = 2) -> None:
+  """Warns once, in one line, when the installed jaxlib needs `_CPU_FLAGS` and neither
+  `configure_process` ran in this process nor XLA_FLAGS holds them. Changes nothing.
+
+  The package calls it at the first use of a `cj.` name (credit_jax/__init__.py).
+  """
+  global _WARNED
+  if _WARNED or (_CONFIGURED and environ is None):
+    return
+  environ = os.environ if environ is None else environ
+  missing = xla_flags_for(None, version, environ.get("XLA_FLAGS", ""))
+  if missing:
+    _WARNED = True
+    shown = (".".join(map(str, version)) if version is not None
+             else importlib.metadata.version("jaxlib"))
+    warnings.warn(
+        f"jaxlib {shown} can hang for good on vmapped CPU "
+        f"programs: call cj.configure_process() right after `import credit_jax as cj` "
+        f"(or start Python with XLA_FLAGS='{' '.join(missing)}')",
+        RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def hang_advice(version: Optional[Tuple[int, int]] = None,
@@ -205,14 +254,14 @@ def split_env_overrides(argv: Sequence[str], config_flag: str = "config"
 
 def make_flags_parser(config_flag: str = "config") -> Callable[[List[str]], List[str]]:
   """A `flags_parser` for `absl.app.run` that sets aside `--<config_flag>.env_kwargs.*`
-  arguments for `apply_env_overrides` and parses the rest as absl does.
+  arguments for `apply_env_overrides` and parses the rest as absl does, except that a
+  parse error is one line and exit status 2 (credit_jax/runtime/cli.py).
 
   The arguments are also taken out of `sys.argv`, which ml_collections' config flag reads
   by itself; `configure_process` re-executes with the command line as given.
   """
 
   def parse(argv: List[str]) -> List[str]:
-    from absl import app  # pylint: disable=g-import-not-at-top
     try:
       rest, found = split_env_overrides(argv, config_flag)
       sys_rest, _ = split_env_overrides(sys.argv, config_flag)
@@ -223,8 +272,64 @@ def make_flags_parser(config_flag: str = "config") -> Callable[[List[str]], List
     _ENV_OVERRIDES.update(found)
     _ORIGINAL_ARGV[:] = sys.argv
     sys.argv[:] = sys_rest
-    return app.parse_flags_with_usage(rest)
+    rest = _sibling("cli").parse_flags(rest)   # one-line errors, exit status 2
+    _note_file_env(config_flag)
+    return rest
   return parse
+
+
+def _sibling(name: str):
+  """credit_jax/runtime/<name>.py, without importing the credit_jax package when this
+  file was itself loaded by path (scripts/distributed.py, scripts/sweep.py)."""
+  module = sys.modules.get(f"credit_jax.runtime.{name}")
+  if module is None:
+    import importlib.util  # pylint: disable=g-import-not-at-top
+    spec = importlib.util.spec_from_file_location(
+        f"_credit_jax_{name}", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                            f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+  return module
+
+
+# The config file's own env_name and env_kwargs, recorded by the parser of
+# `make_flags_parser` when the command line changes `env_name` and not `env_kwargs`.
+_FILE_ENV: Dict[str, Any] = {}
+
+
+def _note_file_env(config_flag: str) -> None:
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  _FILE_ENV.clear()
+  flag = flags.FLAGS[config_flag]
+  overrides = getattr(flag, "override_values", None) or {}
+  if "env_name" not in overrides or any(k.split(".")[0] == "env_kwargs" for k in overrides):
+    return
+  try:
+    file_config = flag.parser.parse(flag.config_filename)   # the file, no overrides
+    _FILE_ENV.update(env_name=file_config.env_name,
+                     env_kwargs=dict(file_config.get("env_kwargs") or {}))
+  except Exception:  # pylint: disable=broad-except  # not a recipe config: nothing to drop
+    pass
+
+
+def _drop_file_env_kwargs(config) -> None:
+  """When `--config.env_name` named another env than the config file's, the file's
+  `env_kwargs` were options of that env: drop them (command-line options still apply)."""
+  if not _FILE_ENV or "env_name" not in config or "env_kwargs" not in config:
+    return
+  if config.env_name == _FILE_ENV["env_name"] or not dict(config.env_kwargs or {}):
+    return
+  dropped = ", ".join(f"{k}={v!r}" for k, v in sorted(dict(config.env_kwargs).items()))
+  unlocked = getattr(config, "unlocked", None)
+  if unlocked is not None:
+    import ml_collections  # pylint: disable=g-import-not-at-top
+    with unlocked():
+      config.env_kwargs = ml_collections.ConfigDict()
+  else:
+    config["env_kwargs"] = {}
+  _stderr(f"note: --config.env_name={config.env_name}: the config file's env_kwargs "
+          f"({dropped}) are options of {_FILE_ENV['env_name']} and were dropped; set "
+          f"{config.env_name}'s options with --config.env_kwargs.NAME=VALUE")
 
 
 def _option_defaults(env_name: str) -> Tuple[Dict[str, Any], str]:
@@ -276,6 +381,10 @@ def _parse_value(raw: str, default: Any) -> Any:
 def apply_env_overrides(config, overrides: Optional[Dict[str, str]] = None):
   """Sets `config.env_kwargs[NAME]` for each command-line `NAME=VALUE`; returns `config`.
 
+  When the command line set `--config.env_name` to another env than the config file's
+  (and did not set `--config.env_kwargs` as a whole), the file's `env_kwargs` are dropped
+  first, with a note on stderr: they were options of the file's env.
+
   Args:
     config: a parsed config with `env_name` and `env_kwargs` (a ConfigDict or dict, may
       be empty).
@@ -286,6 +395,7 @@ def apply_env_overrides(config, overrides: Optional[Dict[str, str]] = None):
     credit_jax.algos.ConfigError: one line naming the option and listing what is
       accepted (entry points print it and exit 2).
   """
+  _drop_file_env_kwargs(config)
   overrides = dict(_ENV_OVERRIDES if overrides is None else overrides)
   if not overrides:
     return config

@@ -6,9 +6,11 @@ which appends one JSON line per update to `metrics.jsonl` (seed mean, plus per-s
 when S > 1) and the seed means to TensorBoard event files (tensorboardX, no TensorFlow).
 
 Resuming is exact: a writer opened with `resume_step=s` drops every JSON line after update
-`s` (a killed run may have logged updates its last checkpoint does not hold) and tells
-TensorBoard to purge events past `s`, so the log of a resumed run equals the log of an
-uninterrupted one.
+`s` (a killed run may have logged updates its last checkpoint does not hold), so the log
+of a resumed run equals the log of an uninterrupted one. When it drops any, it also
+rewrites the TensorBoard events from the lines it kept (TensorBoard's own purge marker is
+not honoured by every reader, which then showed those updates twice); the rewritten
+events carry the time of the rewrite.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import datetime
 import json
 import math
 import os
+import time
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -84,7 +87,8 @@ class MetricsWriter:
   def __init__(self, workdir: str, resume_step: int = 0, tensorboard: bool = True):
     os.makedirs(workdir, exist_ok=True)
     self.path = os.path.join(workdir, METRICS_FILE)
-    kept = [r for r in read_jsonl(self.path) if r.get("update", 0) <= resume_step]
+    records = read_jsonl(self.path)
+    kept = [r for r in records if r.get("update", 0) <= resume_step]
     with open(self.path + ".tmp", "w") as f:
       for r in kept:
         f.write(json.dumps(r) + "\n")
@@ -93,17 +97,30 @@ class MetricsWriter:
     self._tb = None
     if tensorboard:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      self._tb = SummaryWriter(
-          os.path.join(workdir, TENSORBOARD_DIR),
-          purge_step=resume_step + 1 if resume_step > 0 else None)
+      tb_dir = os.path.join(workdir, TENSORBOARD_DIR)
+      rewrite = len(kept) < len(records)
+      if rewrite and os.path.isdir(tb_dir):
+        for name in os.listdir(tb_dir):
+          if name.startswith("events.out.tfevents."):
+            os.remove(os.path.join(tb_dir, name))
+      # tensorboardX names its file by the second; a writer opened again within the
+      # same second (a quick resume) would truncate the earlier file without a suffix.
+      self._tb = SummaryWriter(tb_dir, filename_suffix=f".{os.getpid()}.{time.time_ns()}")
+      if rewrite:
+        self._write_tensorboard(kept)
+
+  def _write_tensorboard(self, records: Iterable[dict]) -> None:
+    for rec in records:
+      for k, v in rec.items():
+        if k not in ("update", "per_seed") and isinstance(v, float):
+          self._tb.add_scalar(k, v, global_step=rec["update"])
 
   def write_records(self, records: Iterable[dict]) -> None:
+    records = list(records)
     for rec in records:
       self._file.write(json.dumps(rec) + "\n")
-      if self._tb is not None:
-        for k, v in rec.items():
-          if k not in ("update", "per_seed") and isinstance(v, float):
-            self._tb.add_scalar(k, v, global_step=rec["update"])
+    if self._tb is not None:
+      self._write_tensorboard(records)
     self._file.flush()
     if self._tb is not None:
       self._tb.flush()
@@ -167,6 +184,14 @@ class Progress:
     return line
 
 
+def format_count(x: float, _pos=None) -> str:
+  """A tick label for a count: 1e5 as "100k", 2.5e6 as "2.5M", 3e9 as "3G"."""
+  for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+    if abs(x) >= scale:
+      return f"{x / scale:.3g}{suffix}"
+  return f"{x:.3g}"
+
+
 def plot_learning_curves(records: Sequence[dict], path: str,
                          keys: Sequence[str] = ("return",), title: str = "") -> str:
   """Writes a PNG of each metric in `keys` against env steps; returns `path`.
@@ -176,6 +201,7 @@ def plot_learning_curves(records: Sequence[dict], path: str,
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.ticker  # pylint: disable=g-import-not-at-top
 
   keys = [k for k in keys if any(k in r for r in records)]
   if not records or not keys:
@@ -192,6 +218,8 @@ def plot_learning_curves(records: Sequence[dict], path: str,
                       label=f"min-max over {band.shape[1]} seeds")
       ax.legend(loc="best", fontsize=8)
     ax.set_xlabel("env steps per seed")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=5))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(format_count))
     ax.set_ylabel(k)
     ax.grid(alpha=0.3)
   if title:

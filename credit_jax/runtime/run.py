@@ -7,11 +7,17 @@
    compiles, naming the holder; a lock left by a killed run is taken over;
 3. resume from the newest checkpoint in `workdir/checkpoints` that restores (one that
    does not is reported and moved to `checkpoints_corrupt/`; the config must match the
-   one saved beside them), else initialise `config.seeds` seeds;
+   one saved beside them, except that a longer `num_updates` / `total_timesteps` extends
+   the run where the compiled update is unchanged: credit_jax/runtime/extend.py), else
+   initialise `config.seeds` seeds;
 4. run `config.chunk_updates` updates per compiled call (all seeds vmapped in it), and
-   after each chunk: stop on a non-finite loss before anything is written, append the
-   chunk's metrics to `metrics.jsonl` / TensorBoard, print a progress line, and save a
-   checkpoint every `config.checkpoint_every` updates and at the end;
+   after each chunk: stop on a non-finite loss before anything is written, warn once when
+   the entropy or gradient norm has collapsed to 0 or the loss exploded
+   (credit_jax/runtime/divergence.py), append the chunk's metrics to `metrics.jsonl` /
+   TensorBoard, print a progress line, and save a checkpoint every
+   `config.checkpoint_every` updates and at the end; at each save the checkpoint is also
+   kept in `checkpoints_best/` when its `config.best_metric` (default the first headline
+   metric; averaged over the records since the previous save, at most 10) is the best yet;
 5. plot the learning curve to `learning_curve.png` and write `summary.json`.
 
 A run never hangs silently or dies without a checkpoint it could have saved:
@@ -51,8 +57,10 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from credit_jax import algos
+from credit_jax import algos, envs
 from credit_jax.runtime import checkpoint as ckpt_lib
+from credit_jax.runtime import divergence
+from credit_jax.runtime import extend
 from credit_jax.runtime import interrupts
 from credit_jax.runtime import launch
 from credit_jax.runtime import metrics as metrics_lib
@@ -61,11 +69,16 @@ from credit_jax.runtime import watchdog as watchdog_lib
 from credit_jax.runtime import workdir as workdir_lib
 
 CHECKPOINT_DIR = "checkpoints"
+BEST_DIR = "checkpoints_best"
 CURVE_FILE = "learning_curve.png"
 SUMMARY_FILE = "summary.json"
 # Fields that steer how a run is executed and logged, not what it computes: a resumed run
 # may change them.
-_RUN_CONTROL_FIELDS = ("chunk_updates", "checkpoint_every", "keep_checkpoints")
+_RUN_CONTROL_FIELDS = ("chunk_updates", "checkpoint_every", "keep_checkpoints",
+                       "best_metric")
+LENGTH_FIELDS = extend.LENGTH_FIELDS   # a resumed run may change them: see extend.py
+# Records the best checkpoint's score is averaged over (the newest, since the last save).
+_BEST_WINDOW = 10
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -93,10 +106,11 @@ def config_to_json(config) -> Dict[str, Any]:
   return json.loads(json.dumps(config.to_dict(), sort_keys=True, default=str))
 
 
-def _config_diff(saved: Dict[str, Any], current: Dict[str, Any], prefix: str = ""):
+def _config_diff(saved: Dict[str, Any], current: Dict[str, Any], prefix: str = "",
+                 skip=_RUN_CONTROL_FIELDS + LENGTH_FIELDS):
   diffs = []
   for k in sorted(set(saved) | set(current)):
-    if not prefix and k in _RUN_CONTROL_FIELDS:
+    if not prefix and k in skip:
       continue
     a, b = saved.get(k, "<missing>"), current.get(k, "<missing>")
     if isinstance(a, dict) and isinstance(b, dict):
@@ -212,9 +226,10 @@ def _lock_workdir(workdir: str, primary: bool, log) -> Optional[workdir_lib.Work
   return lock
 
 
-def _open_checkpoints(config, workdir: str) -> ckpt_lib.Checkpointer:
-  """The run's Checkpointer; ConfigError if the workdir holds another config's
-  checkpoints, CheckpointError if their config file is damaged."""
+def _open_checkpoints(config, workdir: str):
+  """`(checkpointer, saved config or None)` of the run; ConfigError if the workdir holds
+  another config's checkpoints (beyond `LENGTH_FIELDS`), CheckpointError if their config
+  file is damaged."""
   cfg_json = config_to_json(config)
   ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, CHECKPOINT_DIR),
                                max_to_keep=int(config.keep_checkpoints), config=cfg_json)
@@ -229,7 +244,7 @@ def _open_checkpoints(config, workdir: str) -> ckpt_lib.Checkpointer:
     raise algos.ConfigError(
         f"workdir {workdir} holds checkpoints of a different config ("
         + "; ".join(diffs) + "); use a fresh --workdir")
-  return ckpt
+  return ckpt, saved
 
 
 def _initial_state(train, config, ckpt, mesh, init, hp, log):
@@ -259,9 +274,10 @@ def _initial_state(train, config, ckpt, mesh, init, hp, log):
 class _Loop:
   """The chunk loop of one run: compiles, runs, checks, logs and saves chunk by chunk."""
 
-  def __init__(self, config, train, run, compiled, ckpt, log, on_chunk):
+  def __init__(self, config, train, run, compiled, ckpt, log, on_chunk, best=None):
     self.config, self.train, self.run, self.ckpt = config, train, run, ckpt
-    self.log, self.on_chunk = log, on_chunk
+    self.log, self.on_chunk, self.best = log, on_chunk, best
+    self.guard = divergence.DivergenceGuard(lr=float(config.get("lr", float("nan"))))
     self.writer = _NoMetricsWriter()   # process 0 replaces it once the start is known
     self.total = train.num_updates
     self.hp = train.default_hparams
@@ -282,8 +298,22 @@ class _Loop:
 
   def save(self, done: int, state) -> None:
     if self.last_saved != done:
+      since = self.last_saved or 0
       self.ckpt.save(done, state)
       self.last_saved = done
+      self._offer_best(done, state, since)
+
+  def _offer_best(self, done: int, state, since: int) -> None:
+    """Keeps `state` as the best checkpoint when its score (the metric's mean over the
+    newest records since the previous save, at most `_BEST_WINDOW`) is the best yet."""
+    if self.best is None:
+      return
+    name = self.best.metric
+    values = [r[name] for r in self.records[-_BEST_WINDOW:]
+              if since < r["update"] <= done and name in r]
+    if values and self.best.offer(done, float(np.mean(values)), state):
+      self.log(f"best {name} so far ({np.mean(values):.3f}): kept the checkpoint of "
+               f"update {done} in {self.best.checkpointer.directory}")
 
   def _chunk(self, state, u: int):
     """Compiles (once per length) and runs a chunk of `u` updates; waits for it."""
@@ -300,10 +330,12 @@ class _Loop:
     loss = np.asarray(chunk_metrics["loss"])
     if not np.all(np.isfinite(loss)):
       seed, upd = np.argwhere(~np.isfinite(loss))[0]
+      last = (f"the last good checkpoint is update {self.last_saved} in "
+              f"{self.ckpt.directory}" if self.last_saved is not None else
+              "no checkpoint was saved before it")
       raise NonFiniteLossError(
           f"non-finite loss ({loss[seed, upd]}) at update {done + upd + 1} (seed "
-          f"{seed}); stopped without saving it. Last good checkpoint: update "
-          f"{self.ckpt.latest_step()} in {self.ckpt.directory}. Lower config.lr or check "
+          f"{seed}); stopped without saving it; {last}. Lower config.lr or check "
           f"the rewards/observations for inf/NaN.")
 
   def _interrupted(self, stop, done: int, abandoned: bool) -> Interrupted:
@@ -336,6 +368,8 @@ class _Loop:
       chunk_metrics = _to_host(chunk_metrics)
       self.run_s += dt
       self._check_finite(chunk_metrics, done)
+      for line in self.guard.observe(chunk_metrics, done + 1):
+        self.log(line)
       records = metrics_lib.chunk_to_records(chunk_metrics, done + 1, steps_per_update)
       self.writer.write_records(records)
       self.records += records
@@ -365,12 +399,19 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print,
     on_chunk: called with the updates done before each chunk is dispatched, inside the
       watched time (for tests and tools: inject a stall or a signal).
   Raises:
-    algos.ConfigError: a config field is invalid, or the workdir holds another config.
+    algos.ConfigError: a config field is invalid, or the workdir holds another config
+      (or a longer one that compiles differently).
+    workdir.WorkdirError: the workdir is a file or not writable.
     workdir.WorkdirBusyError: another live run holds the workdir.
     checkpoint.CheckpointError: checkpoints exist but none restores.
+    checkpoint.CheckpointSaveError: a checkpoint could not be written (disk full).
     NonFiniteLossError: the loss became non-finite; the last good checkpoint is kept.
     Interrupted: SIGINT/SIGTERM; a checkpoint of the last completed update was saved.
   """
+  try:   # a "pkg.module:Class" env_name is imported and registered here
+    envs.resolve(config.env_name)
+  except ValueError as e:
+    raise algos.ConfigError(f"config.env_name: {e}") from None
   algos.validate_config(config)
   # With several processes (jax.distributed) all of them compute and save checkpoints;
   # process 0 alone logs and writes metrics, plots and the summary.
@@ -379,18 +420,19 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print,
     log = lambda _: None  # pylint: disable=unnecessary-lambda-assignment
   seeds = int(config.seeds)
   mesh = seed_mesh_for(seeds, log)   # None: one device, nothing sharded
-  workdir = os.path.abspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
+  workdir = workdir_lib.prepare(workdir)   # WorkdirError: a file, or not writable
   lock = _lock_workdir(workdir, primary, log)
-  ckpt = writer = None
+  ckpt = writer = best = None
   try:
     train, init, run, compiled = _shared_fns(config, mesh)
     total = train.num_updates
-    ckpt = _open_checkpoints(config, workdir)
-    loop = _Loop(config, train, run, compiled, ckpt, log, on_chunk)
+    ckpt, saved = _open_checkpoints(config, workdir)
+    best = _best_checkpoint(config, train, workdir)
+    loop = _Loop(config, train, run, compiled, ckpt, log, on_chunk, best)
     dog = watchdog_lib.Watchdog(watchdog, describe=loop.describe,
                                 advice=launch.hang_advice)
     with dog:
+      extend.check(config, saved, config_to_json(config), train, ckpt.latest_step(), log)
       start, state = _initial_state(train, config, ckpt, mesh, init, loop.hp, log)
       log(f"{config.algo} on {config.env_name}: {total} updates x "
           f"{train.env_steps_per_update} env steps x {seeds} seed(s), chunks of "
@@ -405,9 +447,19 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print,
       writer.close()
     if ckpt is not None:
       ckpt.close()
+    if best is not None:
+      best.close()
     if lock is not None:
       lock.release()
   return summary
+
+
+def _best_checkpoint(config, train, workdir: str) -> Optional[ckpt_lib.BestCheckpoint]:
+  name, mode = ckpt_lib.best_metric_of(config, train.headline)
+  if name is None:
+    return None
+  return ckpt_lib.BestCheckpoint(os.path.join(workdir, BEST_DIR), name, mode,
+                                 config=config_to_json(config))
 
 
 def _finish(config, train, workdir: str, loop: _Loop, start: int, primary: bool, log):

@@ -1,4 +1,5 @@
-"""One writer per workdir: a lock file that names its holder.
+"""One writer per workdir: a lock file that names its holder; and `prepare`, which
+refuses a workdir a run could not write (a file, a path under a file, read-only).
 
     with WorkdirLock(workdir, log=print):     # WorkdirBusyError if another run holds it
       ...                                     # the run's whole lifetime
@@ -38,6 +39,36 @@ except ImportError:   # not POSIX: only the file's contents say who holds it
 
 class WorkdirBusyError(RuntimeError):
   """Another live run holds the workdir's lock."""
+
+
+class WorkdirError(RuntimeError):
+  """The workdir cannot be used: it is a file, under a file, or not writable."""
+
+
+def prepare(workdir: str) -> str:
+  """Creates `workdir` if needed and checks that a run can write in it; returns its
+  absolute path.
+
+  Raises:
+    WorkdirError: one line saying what is wrong with the path and what to do.
+  """
+  path = os.path.abspath(workdir)
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise WorkdirError(f"--workdir {path} is a file, not a directory; pass a directory "
+                       f"(a new one is created)")
+  try:
+    os.makedirs(path, exist_ok=True)
+    probe = os.path.join(path, f".write_probe.{os.getpid()}")
+    with open(probe, "w") as f:
+      f.write("ok")
+    os.remove(probe)
+  except (NotADirectoryError, FileExistsError):
+    raise WorkdirError(f"--workdir {path}: a part of the path is a file, not a "
+                       f"directory; pass another path") from None
+  except OSError as e:
+    raise WorkdirError(f"--workdir {path} is not writable ({e.strerror or e}); pass a "
+                       f"directory you can write to") from None
+  return path
 
 
 def _pid_alive(pid: int) -> bool:

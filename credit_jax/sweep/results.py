@@ -6,7 +6,10 @@
                   `steps_to_<m>_<thr>` (the first env step, per seed, at which the metric
                   reached each threshold of `sweep.thresholds.<m>`; empty if never),
                   env steps per seed, and the compile and run seconds of the call that ran it
-    results.md    per cell: the mean over seeds and a 95% t-interval of each final metric
+    results.md    per cell: the mean over seeds and a 95% interval of each final metric:
+                  for a rate (`is_rate`: success, *_success, *_frac, *_rate, accuracy, all
+                  values in [0, 1]) the Wilson interval with each seed one trial, which
+                  stays inside [0, 1]; for any other metric a t-interval
     <metric>_vs_<axis>.png   the chosen metric's final value against each axis (mean and
                   95% interval over seeds), one line per combination of the other axes
 """
@@ -112,6 +115,37 @@ def t_interval(values: Sequence[float]):
   return float(mean), float(half)
 
 
+def is_rate(metric: str, values: Sequence[float]) -> bool:
+  """Whether `metric` is a rate: named success / accuracy, or ending in _success, _frac
+  or _rate, with every value in [0, 1]."""
+  name = metric.rsplit(".", 1)[-1]
+  named = (name in ("success", "accuracy") or name.endswith(("_success", "_frac", "_rate"))
+           or name.startswith("success_"))
+  x = np.asarray([v for v in values if v != "" and v is not None], np.float64)
+  return named and x.size > 0 and bool(np.all((x >= 0.0) & (x <= 1.0)))
+
+
+def interval(values: Sequence[float], metric: str = ""):
+  """`(mean, low, high)` of the 95% interval over seeds of `values` (skipping empty CSV
+  cells; NaN bounds for fewer than 2).
+
+  A rate (`is_rate`) gets the Wilson score interval of `sum / n` with each of the n seeds
+  one trial: a quantity in [0, 1] with mean p has a variance of at most p (1 - p), that of
+  one Bernoulli trial, so this is no narrower than a binomial interval over the seeds
+  would need, and it stays inside [0, 1] (a t-interval over 2 seeds at 0.1 and 0.9 spans
+  -4.6 to 5.6). Any other metric gets the Student-t interval.
+  """
+  x = np.asarray([v for v in values if v != "" and v is not None], np.float64)
+  if x.size < 2:
+    mean = float(x.mean()) if x.size else math.nan
+    return mean, math.nan, math.nan
+  if is_rate(metric, x):
+    low, high = stats.wilson_interval(float(x.sum()), int(x.size))
+    return float(x.mean()), low, high
+  mean, half = t_interval(x)
+  return mean, mean - half, mean + half
+
+
 def _by_cell(rows: Sequence[dict]) -> Dict[str, List[dict]]:
   cells: Dict[str, List[dict]] = {}
   for row in rows:
@@ -127,15 +161,15 @@ def markdown(rows: Sequence[dict], axes: Sequence[str], title: str, metric: str 
     finals += [k for k in row if k.startswith("final_") and k not in finals]
   head = ["cell"] + list(axes) + ["seeds"] + [f[len("final_"):] for f in finals]
   lines = [f"# {title}", "",
-           "Final metrics per cell: mean over seeds [95% t-interval].", "",
+           "Final metrics per cell: mean over seeds [95% interval: Wilson for rates, "
+           "each seed one trial; Student-t otherwise].", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for name, group in _by_cell(rows).items():
     cols = [name.split("-", 1)[0]] + [str(group[0].get(a, "")) for a in axes]
     cols.append(str(len(group)))
     for f in finals:
-      mean, half = t_interval([r.get(f, "") for r in group])
-      cols.append(f"{mean:.4g}" + ("" if math.isnan(half)
-                                   else f" [{mean - half:.4g}, {mean + half:.4g}]"))
+      mean, low, high = interval([r.get(f, "") for r in group], f[len("final_"):])
+      cols.append(f"{mean:.4g}" + ("" if math.isnan(low) else f" [{low:.4g}, {high:.4g}]"))
     lines.append("| " + " | ".join(cols) + " |")
   return "\n".join(lines) + "\n"
 
@@ -164,9 +198,10 @@ def plot_axes(rows: Sequence[dict], axes: Sequence[str], metric: str,
     for label, group in sorted(lines.items(), key=lambda kv: str(kv[0])):
       group.sort(key=lambda c: _sort_key(c[0][axis]))
       xs = [c[0][axis] if numeric else values.index(c[0][axis]) for c in group]
-      intervals = [t_interval([r[column] for r in c]) for c in group]
-      ys = [m for m, _ in intervals]
-      err = [0.0 if math.isnan(h) else h for _, h in intervals]
+      intervals = [interval([r[column] for r in c], metric) for c in group]
+      ys = [m for m, _, _ in intervals]
+      err = np.array([[0.0, 0.0] if math.isnan(lo) else [m - lo, hi - m]
+                      for m, lo, hi in intervals]).T
       name = ", ".join(f"{a.split('.')[-1]}={v}" for a, v in zip(others, label))
       ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, capsize=3, label=name or None)
     if numeric and min(values) > 0 and max(values) / min(values) >= 10:

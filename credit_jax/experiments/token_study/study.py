@@ -30,7 +30,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from credit_jax.algos import ConfigError, token_agent
+from credit_jax.algos import token_agent
+from credit_jax.config import ConfigError
 from credit_jax.experiments import report
 
 RESULTS = "results.jsonl"
