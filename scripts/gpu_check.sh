@@ -60,4 +60,7 @@ step search 90 python3 benchmarks/bench_search.py --batch=1024
 # at step 1000 vs 10 with and without the KV cache; the GRU with bptt_chunk = 100 and a
 # 32-unit GRU; where one update's time goes (rollout, minibatch gradient, scan).
 step sequence 240 python3 benchmarks/bench_sequence.py --num_envs=64 --repeats=5 --bptt_chunks=100 --gru_sizes=32
+# Token agents: LM rollout tokens/s with the KV cache vs re-encoding the history, at
+# ~100 and ~1000 tokens of context; the whole RL update's tokens/s (GRPO, PPO).
+step tokens 180 python3 benchmarks/bench_tokens.py --num_envs=256 --repeats=5
 echo "done $(date -u +%H:%M:%S)"

@@ -42,6 +42,8 @@ TINY = {
                           "search_simulations": 4},
     "hierarchy": {"env_kwargs.size": 5, "env_kwargs.max_steps_in_episode": 8,
                   "horizon": 8, "segment_length": 4, "subgoal_stride": 2, **_GROUPS},
+    "token_agent": {"env_kwargs.num_turns": 1, **_GROUPS, "sft_steps": 2,
+                    "sft_batch": 2, "network.d_model": 8},
 }
 # Every run: 3 updates (PPO: 48 steps of 2 x 8), 2 seeds, one update per compiled chunk.
 RUN = {"num_updates": 3, "seeds": 2, "chunk_updates": 1, "checkpoint_every": 1,
@@ -50,7 +52,7 @@ RUN = {"num_updates": 3, "seeds": 2, "chunk_updates": 1, "checkpoint_every": 1,
 BAD = {"ppo": ("clip_eps", 0.0), "grpo": ("group_size", 1),
        "reinforce": ("credit", "oracle"), "dqn": ("her_strategy", "all"),
        "grpo_hindsight": ("relabel", "both"), "search_then_train": ("search_weight", 2.0),
-       "hierarchy": ("segment_length", 5)}
+       "hierarchy": ("segment_length", 5), "token_agent": ("estimator", "a2c")}
 
 
 def _set(c, path, value):

@@ -65,12 +65,12 @@ a "small" variant; tests/test_contract.py then checks it (it needs a tiny varian
 from __future__ import annotations
 
 from credit_jax.algos import (train as train_lib, dqn, grpo, grpo_hindsight, hierarchy,
-                              ppo, reinforce, search_then_train)
+                              ppo, reinforce, search_then_train, token_agent)
 from credit_jax.algos.train import ConfigError, Train, TrainState
 
 RECIPES = {"ppo": ppo, "grpo": grpo, "reinforce": reinforce, "dqn": dqn,
            "grpo_hindsight": grpo_hindsight, "search_then_train": search_then_train,
-           "hierarchy": hierarchy}
+           "hierarchy": hierarchy, "token_agent": token_agent}
 
 __all__ = ["RECIPES", "ConfigError", "Train", "TrainState", "make_train",
            "validate_config"]

@@ -10,6 +10,10 @@ given to `make` goes to the environment's constructor when it fixes shapes or st
 sweepable (e.g. `max_steps_in_episode`, GoalGrid's `slip_prob`). Impossible values raise
 ValueError naming the field; `overrides_of(name)` lists what an id accepts.
 
+Token environments (`credit_jax/envs/tokens.py`: the vocabulary, the stream and the
+grammar of tool calls): `ToolArith-v0` (a chain of calculator calls) and `ToolLookup-v0`
+(chained lookups in a hidden table); observations are `[2]` int32 tokens, not floats.
+
 Your own environment: `register("MyEnv-v0", MyEnv)` (a gymnax `Environment` class, or a
 function returning one, whose keyword parameters are its static options), or name it by
 import path in a config, `env_name="my_pkg.my_module:MyEnv"` (imported and registered
@@ -38,6 +42,8 @@ from credit_jax.envs.keytodoor import KeyToDoor
 from credit_jax.envs.linear_keytodoor import LinearKeyToDoor
 from credit_jax.envs.runningsum import RunningSum
 from credit_jax.envs.textedit import TextEdit
+from credit_jax.envs.tool_arith import ToolArith
+from credit_jax.envs.tool_lookup import ToolLookup
 from credit_jax.envs.wrappers import DesiredGoalWrapper, HistoryState, HistoryWrapper
 
 _REGISTRY: Dict[str, type] = {
@@ -53,6 +59,8 @@ _REGISTRY: Dict[str, type] = {
     "bsuite/UmbrellaChain-v0": bsuite.UmbrellaChain,
     "bsuite/MemoryChain-v0": bsuite.MemoryChain,
     "bsuite/DiscountingChain-v0": bsuite.DiscountingChain,
+    "ToolArith-v0": ToolArith,
+    "ToolLookup-v0": ToolLookup,
 }
 
 
@@ -143,8 +151,8 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
   Args:
     name: a credit_jax id (`KeyChain-v0`, `BitFlip-v0`, `GoalGrid-v0`, `TextEdit-v0`,
       `KeyToDoor-v0`, `LinearKeyToDoor-v0`, `bsuite/UmbrellaChain-v0`,
-      `bsuite/MemoryChain-v0`, `bsuite/DiscountingChain-v0`) or any gymnax id
-      (`CartPole-v1`, ...).
+      `bsuite/MemoryChain-v0`, `bsuite/DiscountingChain-v0`, the token tool-use envs
+      `ToolArith-v0` and `ToolLookup-v0`) or any gymnax id (`CartPole-v1`, ...).
     **overrides: constructor options and/or params fields (see `overrides_of`).
   Raises:
     ValueError: unknown `name` (the message lists the known ids), an override the
@@ -178,6 +186,6 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 __all__ = [
     "BitFlip", "CreditEnv", "DesiredGoalWrapper", "GoalEnvMixin", "GoalGrid",
     "HistoryState", "HistoryWrapper", "KeyChain", "KeyToDoor", "LinearKeyToDoor",
-    "RunningSum", "TextEdit", "make", "overrides_of", "register", "registered_envs", "resolve",
-    "success",
+    "RunningSum", "TextEdit", "ToolArith", "ToolLookup", "make", "overrides_of", "register",
+    "registered_envs", "resolve", "success",
 ]

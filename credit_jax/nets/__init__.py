@@ -9,9 +9,10 @@ actor-critics, the process reward model, and the categorical distribution they s
 Modules: `mlp` (dense layers, MLP, ActorCritic, categorical sampling / log-prob /
 entropy / KL, `make_policy_fn`), `gru` (the GRU cell and its scans, plain and fast path),
 `sequence` (GRU and cached-transformer actor-critics, `unroll`, `make_sequence_policy`),
-`prm` (the process reward model and its training step).
+`prm` (the process reward model and its training step), `lm` (a causal token LM with a
+KV cache and a value head, for the token tool-use environments; `lm.make_policy`).
 """
-from credit_jax.nets import gru, mlp, prm, sequence
+from credit_jax.nets import gru, lm, mlp, prm, sequence
 from credit_jax.nets.mlp import (MLP, ActorCritic, ColumnDense, RowDense, activation_fn,
                                  categorical_entropy, categorical_kl, categorical_log_prob,
                                  categorical_noise, categorical_sample,
@@ -23,6 +24,6 @@ __all__ = [
     "MLP", "ActorCritic", "ColumnDense", "GRUActorCritic", "RowDense",
     "TransformerActorCritic", "activation_fn", "categorical_entropy", "categorical_kl",
     "categorical_log_prob", "categorical_noise", "categorical_sample",
-    "categorical_sample_with_noise", "gru", "make_policy_fn", "make_sequence_network",
+    "categorical_sample_with_noise", "gru", "lm", "make_policy_fn", "make_sequence_network",
     "make_sequence_policy", "mlp", "prm", "sequence", "unroll",
 ]

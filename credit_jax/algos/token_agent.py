@@ -1,0 +1,400 @@
+"""Token agents: a small causal LM trained on the token tool-use envs as LM pipelines do.
+
+The policy is `credit_jax.nets.lm.TokenLM`, acting token by token with its KV cache inside
+the rollout's `lax.scan` (`credit_jax/envs/tokens.py` for the stream it reads). Training:
+
+  1. **Supervised warm start** (inside `train.init`): `sft_steps` Adam steps of
+     next-token cross-entropy on fresh oracle demonstrations (`sft_batch` per step), only
+     on the agent's tokens. The optimiser state is then started afresh for RL.
+  2. **RL** (each update one compiled call: rollout, loss, optimiser), `config.estimator`:
+       "grpo" / "rloo" / "drgrpo": `group_size` (K) samples per prompt
+         (`rollout.collect_groups`), group advantages of the episode returns
+         (`baselines.group_advantages`) on every agent token, GRPO's clipped surrogate
+         (`group_surrogate`, aggregated as `loss_aggregation` says: Dr. GRPO as
+         published pairs "drgrpo" with "constant");
+       "ppo": PPO with GAE on the LM's value head (or an independent critic trunk,
+         `network.critic = "separate"`), over `num_tasks * group_size` fresh prompts.
+         Forced tokens are not decisions: discount and lambda are applied only where the
+         next token is the agent's (1 elsewhere), so GAE runs on the agent's decisions.
+The loss masks every step to `valid & info["agent"]`: prompt and tool tokens are context,
+never policy-gradient (or value) targets.
+
+Turn-level process reward from the env's ground truth (`prm_weight` > 0; an upper bound
+for any learned PRM, labels no deployed PRM has): a closed call earns `1/k` if it was
+needed (`info["call_needed"]`), i.e. the potential difference of `progress / k`; other
+calls earn 0. (Charging `-1/k` for the other calls as well, tried first, took the
+held-out call accuracy at 4 turns from 0.26 to 0.00 in 100 GRPO updates, below the
+unshaped run's 0.06: docs/results/token_agent.md.) PPO
+adds `prm_weight` times it to the rewards; the group estimators add `prm_weight` times
+its return-to-go from each token to that token's advantage.
+
+Optional KL to the warm-started policy (`use_reference_kl`, `kl_coef`): the reference is
+the policy right after the warm start, frozen in `aux["ref_params"]`.
+
+The rollout horizon is the env's time limit (`max_steps_in_episode`, in tokens), which
+is also the LM's cache size, so the first episode of every stream ends inside the
+window (a truncation only at its last step, bootstrapped from the final token's value).
+
+Metrics: `loss`, `success` (sampled episodes), `return`, `call_accuracy` (closed calls
+that were correct), `calls` and `agent_tokens` per episode, `episode_length` (tokens),
+the surrogate's pieces, `sft_loss` and `sft_accuracy` (the warm start's last step,
+constant over a run); group estimators add `degenerate_frac`, PPO `value_loss`.
+`make_evaluate(config)` measures a policy on the held-out half (`split` 2) greedily.
+
+Hyperparameters in `hparams` (traced): lr, sft_lr, clip_eps, ent_coef, kl_coef, vf_coef,
+gamma, gae_lambda, prm_weight, max_grad_norm.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from credit_jax import baselines, episodes, rollout
+from credit_jax.algos import losses, train as train_lib
+from credit_jax.envs import tokens
+from credit_jax.nets import lm, mlp
+from credit_jax.returns import gae
+
+HPARAMS = ("lr", "sft_lr", "clip_eps", "ent_coef", "kl_coef", "vf_coef", "gamma",
+           "gae_lambda", "prm_weight", "max_grad_norm")
+ESTIMATORS = ("grpo", "rloo", "drgrpo", "ppo")
+AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """Warm start then GRPO on ToolArith-v0 with 2 turns of 1-digit numbers."""
+  c = train_lib.base_config()
+  c.algo = "token_agent"          # this recipe
+  c.env_name = "ToolArith-v0"     # a token env: ToolArith-v0 | ToolLookup-v0
+  c.env_kwargs.num_turns = 2      # tool calls the answer needs (the horizon dial)
+  c.env_kwargs.num_digits = 1     # digits per number
+  c.env_kwargs.split = 1          # train on the training half of the tasks (2: held out)
+
+  c.estimator = "grpo"            # grpo | rloo | drgrpo | ppo
+  c.num_updates = 200             # RL updates after the warm start
+  c.num_tasks = 8                 # prompts per update
+  c.group_size = 8                # K samples per prompt (PPO: fresh prompts, same count)
+  c.update_epochs = 2             # passes over each rollout
+  c.num_minibatches = 2           # minibatches of whole prompts; must divide num_tasks
+  c.loss_aggregation = "token_mean"  # token_mean | sequence_mean | constant (Dr. GRPO)
+  # RL learning rate (a traced hparam): 10x below the warm start's, as LM pipelines do;
+  # at 3e-3 Adam's first steps wrecked a warm-started policy (held-out success 1 -> 0).
+  c.lr = 3e-4
+  c.clip_eps = 0.2                # ratio clip of the surrogate (a traced hparam)
+  c.ent_coef = 0.0                # entropy bonus on agent tokens (a traced hparam)
+  c.use_reference_kl = False      # penalise KL to the warm-started policy
+  c.kl_coef = 0.0                 # its weight, used when use_reference_kl (a traced hparam)
+  c.vf_coef = 0.5                 # PPO's value-loss weight (a traced hparam)
+  c.gamma = 1.0                   # PPO's discount per agent token (a traced hparam)
+  c.gae_lambda = 0.95             # PPO's GAE lambda per agent token (a traced hparam)
+  c.prm_weight = 0.0              # turn-level shaping from env ground truth (traced)
+
+  c.sft_steps = 150               # supervised warm-start steps inside train.init (0: none)
+  c.sft_batch = 16                # oracle demonstrations per warm-start step
+  c.sft_lr = 3e-3                 # warm-start learning rate (a traced hparam)
+
+  # The LM (credit_jax/nets/lm.py); network.hidden_sizes/activation/shared_torso unused.
+  c.network.d_model = 32          # transformer width
+  c.network.num_heads = 2         # attention heads (d_model / num_heads even)
+  c.network.num_layers = 2        # transformer blocks
+  c.network.mlp_ratio = 4         # MLP width / d_model
+  c.network.critic = "shared"     # shared: value head on the LM trunk; separate: own trunk
+  c.eval_episodes = 256           # held-out episodes per make_evaluate call
+  c.chunk_updates = 10            # updates per compiled call (one progress line each)
+  return c
+
+
+def validate_fields(config) -> None:
+  """Raises `ConfigError` naming the first field of this recipe that cannot run."""
+  req = train_lib.require
+  req(config.estimator in ESTIMATORS, "estimator",
+      f"must be one of {ESTIMATORS}, got {config.estimator!r}")
+  req(int(config.group_size) >= (1 if config.estimator == "ppo" else 2), "group_size",
+      f"must be >= 2 for a group baseline (>= 1 for ppo), got {config.group_size}")
+  for f in ("num_tasks", "num_updates", "update_epochs", "num_minibatches", "sft_batch",
+            "eval_episodes"):
+    req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
+  req(int(config.sft_steps) >= 0, "sft_steps", f"must be >= 0, got {config.sft_steps}")
+  req(config.num_tasks % config.num_minibatches == 0, "num_minibatches",
+      f"num_tasks={config.num_tasks} is not divisible by num_minibatches="
+      f"{config.num_minibatches}")
+  req(config.loss_aggregation in AGGREGATIONS, "loss_aggregation",
+      f"must be one of {AGGREGATIONS}, got {config.loss_aggregation!r}")
+  req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
+  for f in ("ent_coef", "kl_coef", "vf_coef", "prm_weight", "sft_lr"):
+    req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+  for f in ("gamma", "gae_lambda"):
+    req(0.0 <= config[f] <= 1.0, f, f"must lie in [0, 1], got {config[f]}")
+  net = config.network
+  for f in ("d_model", "num_heads", "num_layers", "mlp_ratio"):
+    req(int(net[f]) >= 1, f"network.{f}", f"must be >= 1, got {net[f]}")
+  head = int(net.d_model) // max(int(net.num_heads), 1)
+  req(net.d_model % net.num_heads == 0 and head % 2 == 0, "network.d_model",
+      f"d_model={net.d_model} / num_heads={net.num_heads} must be an even whole number")
+  req(net.critic in lm.CRITICS, "network.critic",
+      f"must be one of {lm.CRITICS}, got {net.critic!r}")
+  req(config.env_name in ("ToolArith-v0", "ToolLookup-v0"), "env_name",
+      f"must be a token env (ToolArith-v0 | ToolLookup-v0), got {config.env_name!r}")
+
+
+def validate_config(config) -> None:
+  """Raises `ConfigError` naming the first field of `config` that cannot run."""
+  train_lib.validate(config, "token_agent", validate_fields)
+
+
+def make_network(config, env, horizon: int) -> lm.TokenLM:
+  """The LM for `config.network` with a cache of `horizon` slots."""
+  net = config.network
+  return lm.TokenLM(vocab_size=env.num_actions, d_model=int(net.d_model),
+                    num_heads=int(net.num_heads), num_layers=int(net.num_layers),
+                    mlp_ratio=int(net.mlp_ratio), max_len=horizon,
+                    critic=str(net.critic))
+
+
+def agent_mask(traj) -> jax.Array:
+  """[T, ...] bool: steps whose action the env wrote (the loss mask), first episode only."""
+  return traj.valid & traj.info["agent"]
+
+
+def turn_shaping(info, num_turns: int) -> jax.Array:
+  """[T, ...] float32: 1/k at the end of a needed call, 0 elsewhere (progress / k as a
+  potential)."""
+  return (info["call_end"] & info["call_needed"]).astype(jnp.float32) / num_turns
+
+
+def sft_loss(network, params, demo: tokens.Demonstrations):
+  """Next-token cross-entropy on the agent's tokens of oracle demonstrations; `(loss [],
+  accuracy [])` (accuracy: the argmax is the oracle's token)."""
+  logits, _ = lm.sequence(network, params, demo.obs[..., 0])            # [T, B, V]
+  log_probs = mlp.categorical_log_prob(logits, demo.actions)
+  mask = demo.agent
+  right = (jnp.argmax(logits, -1) == demo.actions).astype(jnp.float32)
+  return (-episodes.masked_mean(log_probs, mask),
+          episodes.masked_mean(right, mask))
+
+
+def aggregation_weights(mask: jax.Array, kind: str):
+  """`(weights [T, ...], normalizer [])` with `sum(x * weights) / normalizer` the loss
+  aggregate of per-token terms `x [T, ...]` over the tokens in `mask [T, ...]`.
+
+  token_mean: the mean over all masked tokens (GRPO); sequence_mean: each stream's mean
+  over its masked tokens, averaged over streams; constant: the masked sum over the fixed
+  token budget `mask.size` (Dr. GRPO: no length normalisation).
+  """
+  if kind not in AGGREGATIONS:
+    raise ValueError(f"kind must be one of {AGGREGATIONS}, got {kind!r}")
+  m = mask.astype(jnp.float32)
+  if kind == "token_mean":
+    return m, jnp.sum(m)
+  if kind == "sequence_mean":
+    length = jnp.maximum(jnp.sum(m, axis=0, keepdims=True), 1.0)   # [1, ...]
+    return m / length, jnp.asarray(m[0].size, jnp.float32)
+  return m, jnp.asarray(m.size, jnp.float32)
+
+
+def group_surrogate(logits, ref_logits, mb, hp, kind: str):
+  """The group estimators' loss on a minibatch: `(loss [], aux)`.
+
+  Args:
+    logits: [T, ..., V] the policy's logits at the minibatch's tokens.
+    ref_logits: [T, ..., V] the frozen reference policy's, or None (no KL term).
+    mb: `actions`, `log_probs` (at collection), `advantages`, `valid` (the loss mask),
+      each `[T, ...]`.
+    hp: traced `clip_eps`, `ent_coef`, `kl_coef`.
+    kind: one of `AGGREGATIONS`.
+  """
+  if logits.shape[:-1] != mb["actions"].shape:
+    raise ValueError(f"logits [T, ..., V] and actions [T, ...] disagree: "
+                     f"{logits.shape}, {mb['actions'].shape}")
+  weights, normalizer = aggregation_weights(mb["valid"], kind)
+  log_probs = mlp.categorical_log_prob(logits, mb["actions"])
+  # aux: policy loss on the loss's scale; entropy, clip fraction and approx KL as means
+  # over the tokens weighted as the aggregate weighs them.
+  loss, aux = losses.weighted_clipped_policy_loss(
+      log_probs, mb["log_probs"], mb["advantages"], mlp.categorical_entropy(logits),
+      weights, normalizer, hp["clip_eps"], hp["ent_coef"])
+  kl = jnp.zeros(())
+  if ref_logits is not None:
+    ref_log_probs = mlp.categorical_log_prob(ref_logits, mb["actions"])
+    kl = (jnp.sum(losses.kl_to_reference(log_probs, ref_log_probs) * weights)
+          / jnp.maximum(normalizer, 1.0))
+    loss = loss + hp["kl_coef"] * kl
+  return loss, {**aux, "kl_ref": kl}
+
+
+def ppo_loss(logits, values, mb, hp):
+  """PPO's loss over the agent's tokens: `(loss [], aux)`; `mb` fields `[T, ...]` with
+  `mask`, `actions`, `log_probs`, `advantages`, `targets`, `values` (at collection)."""
+  mask = mb["mask"]
+  n = jnp.maximum(jnp.sum(mask), 1.0)
+  adv = mb["advantages"]
+  mean = jnp.sum(adv * mask) / n
+  std = jnp.sqrt(jnp.sum(jnp.square(adv - mean) * mask) / n)
+  log_probs = mlp.categorical_log_prob(logits, mb["actions"])
+  pg, clipped, approx_kl = losses.clipped_surrogate(log_probs, mb["log_probs"],
+                                                    (adv - mean) / (std + 1e-8),
+                                                    hp["clip_eps"])
+  v_loss = losses.value_loss(values, mb["targets"], mb["values"], hp["clip_eps"])
+  entropy = mlp.categorical_entropy(logits)
+
+  def m(x):
+    return episodes.masked_mean(x, mask)
+  loss = m(pg) + hp["vf_coef"] * m(v_loss) - hp["ent_coef"] * m(entropy)
+  return loss, {"policy_loss": m(pg), "value_loss": m(v_loss), "entropy": m(entropy),
+                "approx_kl": m(approx_kl), "clip_frac": m(clipped)}
+
+
+def ppo_advantages(traj, values_ext, hp, shaping):
+  """GAE over the agent's decisions. `values_ext [T + 1, B]`: values at obs 0..T-1 and
+  at the last step's final observation. Returns `(advantages, targets)` `[T, B]`."""
+  agent_next = jnp.concatenate([traj.info["agent"][1:],
+                                jnp.ones_like(traj.info["agent"][:1])], axis=0)
+  discounts = jnp.where(agent_next, hp["gamma"], 1.0)
+  lambdas = jnp.where(agent_next, hp["gae_lambda"], 1.0)
+  rewards = traj.rewards + hp["prm_weight"] * shaping
+  adv = gae(rewards, discounts, values_ext, lambdas, terminated=traj.terminated,
+            truncated=traj.truncated, final_values=values_ext[1:])
+  return adv, adv + values_ext[:-1]
+
+
+def _metrics(traj, returns, mask):
+  valid = traj.valid
+  ends = traj.info["call_end"] & valid
+
+  def per_episode(x):
+    return jnp.mean(jnp.sum(x.astype(jnp.float32), axis=0))
+  return {"success": jnp.mean((returns > 0).astype(jnp.float32)), "return": returns.mean(),
+          "call_accuracy": jnp.sum(traj.info["call_correct"] & valid)
+          / jnp.maximum(jnp.sum(ends), 1),
+          "calls": per_episode(ends), "agent_tokens": per_episode(mask),
+          "episode_length": per_episode(valid)}
+
+
+def make_train(config) -> train_lib.Train:
+  """`Train` for a token agent; see `train_lib.Train` for how to call it."""
+  validate_config(config)
+  env, env_params = train_lib.make_env(config)
+  horizon = int(env_params.max_steps_in_episode)
+  network = make_network(config, env, horizon)
+  estimator = str(config.estimator)
+  is_ppo = estimator == "ppo"
+  policy = lm.make_policy(network, value=is_ppo)
+  num_tasks, group = int(config.num_tasks), int(config.group_size)
+  n_mb, n_epochs, n_updates = (int(config.num_minibatches), int(config.update_epochs),
+                               int(config.num_updates))
+  sft_steps, sft_batch = int(config.sft_steps), int(config.sft_batch)
+  optimizer = train_lib.make_optimizer(config)
+  use_kl, agg = bool(config.use_reference_kl), str(config.loss_aggregation)
+  num_turns = int(env.num_turns)
+
+  def warm_start(params, key, hp):
+    opt_state = optimizer.init(params, hp["max_grad_norm"])
+    grad_fn = jax.value_and_grad(lambda p, d: sft_loss(network, p, d), has_aux=True)
+
+    def step(carry, k):
+      params, opt_state = carry
+      demo = tokens.demonstrations(env, env_params, k, sft_batch)
+      (loss, acc), grads = grad_fn(params, demo)
+      params, opt_state, _ = optimizer.apply(params, opt_state, grads, hp["sft_lr"],
+                                             hp["max_grad_norm"])
+      return (params, opt_state), (loss, acc)
+    (params, _), (loss, acc) = jax.lax.scan(step, (params, opt_state),
+                                            jax.random.split(key, sft_steps))
+    return params, loss[-1], acc[-1]
+
+  def init_fn(key, hp):
+    k_params, k_sft, k_run = jax.random.split(key, 3)
+    params = lm.init_params(network, k_params)
+    sft_l = sft_a = jnp.zeros((), jnp.float32)
+    if sft_steps:
+      params, sft_l, sft_a = warm_start(params, k_sft, hp)
+    aux = {"sft_loss": sft_l, "sft_accuracy": sft_a}
+    if use_kl:
+      aux["ref_params"] = params
+    return train_lib.TrainState(params=params, opt_state=optimizer.init(
+        params, hp["max_grad_norm"]), key=k_run, update=jnp.zeros((), jnp.int32), aux=aux)
+
+  def group_loss(params, mb, ref_params, hp):
+    logits, _ = lm.sequence(network, params, mb["tokens"])              # [T, n, K, V]
+    ref_logits = lm.sequence(network, ref_params, mb["tokens"])[0] if use_kl else None
+    return group_surrogate(logits, ref_logits, mb, hp, agg)
+
+  def group_update(state, hp, k_roll):
+    traj = rollout.collect_groups(env, env_params, policy, state.params, k_roll,
+                                  num_tasks, group, horizon)            # [T, N, K]
+    mask = agent_mask(traj)
+    returns = jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), axis=0)  # [N, K]
+    adv, degenerate = baselines.group_advantages(returns, kind=estimator)
+    shaping = jnp.where(traj.valid, turn_shaping(traj.info, num_turns), 0.0)
+    to_go = jnp.flip(jnp.cumsum(jnp.flip(shaping, 0), 0), 0)
+    data = {"tokens": traj.obs[..., 0], "actions": traj.actions,
+            "log_probs": traj.log_probs, "valid": mask,
+            "advantages": adv[None] + hp["prm_weight"] * to_go}
+    return traj, returns, mask, data, {"degenerate_frac": jnp.mean(
+        degenerate.astype(jnp.float32))}
+
+  def ppo_update(state, hp, k_roll):
+    traj = rollout.collect_episodes(env, env_params, policy, state.params, k_roll,
+                                    num_tasks * group, horizon)          # [T, B]
+    mask = agent_mask(traj)
+    returns = jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), axis=0)
+    stream = jnp.concatenate([traj.obs[..., 0], traj.final_obs[-1:, :, 0]], axis=0)
+    values_ext = lm.sequence(network, state.params, stream)[1]          # [T + 1, B]
+    shaping = jnp.where(traj.valid, turn_shaping(traj.info, num_turns), 0.0)
+    adv, targets = ppo_advantages(traj, values_ext, hp, shaping)
+    data = {"tokens": traj.obs[..., 0], "actions": traj.actions, "mask": mask,
+            "log_probs": traj.log_probs, "advantages": adv, "targets": targets,
+            "values": values_ext[:-1]}
+    return traj, returns, mask, data, {}
+
+  def update_fn(state, hp):
+    key, k_roll, k_perm = jax.random.split(state.key, 3)
+    collect = ppo_update if is_ppo else group_update
+    traj, returns, mask, data, extra = collect(state, hp, k_roll)
+    ref_params = state.aux.get("ref_params")
+    if is_ppo:
+      def loss_fn(p, mb):
+        logits, values = lm.sequence(network, p, mb["tokens"])
+        return ppo_loss(logits, values, mb, hp)
+    else:
+      def loss_fn(p, mb):
+        return group_loss(p, mb, ref_params, hp)
+    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    # Minibatches split axis 1 (prompts; PPO: episodes), so every stream stays whole.
+    params, opt_state, metrics = train_lib.minibatch_epochs(
+        loss_fn, state.params, state.opt_state, data, k_perm, num_epochs=n_epochs,
+        num_minibatches=n_mb, axis=1, lr=lr, max_grad_norm=hp["max_grad_norm"],
+        optimizer=optimizer)
+    metrics.update(_metrics(traj, returns, mask), **extra, lr=lr,
+                   sft_loss=state.aux["sft_loss"], sft_accuracy=state.aux["sft_accuracy"])
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
+                             update=state.update + 1, aux=state.aux), metrics
+
+  return train_lib.Train(
+      config=config, init_fn=init_fn, update_fn=update_fn,
+      default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
+      env_steps_per_update=num_tasks * group * horizon,
+      headline=("success", "value_loss" if is_ppo else "degenerate_frac"))
+
+
+def make_evaluate(config, split: int = 2, greedy: bool = True,
+                  num_episodes: int = 0) -> Callable[..., Dict[str, jax.Array]]:
+  """`evaluate(params, key) -> {"success", "call_accuracy", "calls", ...: []}` over
+  `num_episodes` (default `config.eval_episodes`) fresh episodes of the `split` half of
+  the tasks (2: held out), greedy (argmax tokens) or sampled. Jittable and vmappable."""
+  validate_config(config)
+  env, env_params = train_lib.make_env(config)
+  env_params = env_params.replace(split=split)
+  horizon = int(env_params.max_steps_in_episode)
+  network = make_network(config, env, horizon)
+  policy = lm.make_policy(network, value=False, greedy=greedy)
+  num = int(num_episodes or config.eval_episodes)
+
+  def evaluate(params, key):
+    traj = rollout.collect_episodes(env, env_params, policy, params, key, num, horizon)
+    returns = jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), axis=0)
+    return _metrics(traj, returns, agent_mask(traj))
+  return evaluate
