@@ -6,7 +6,8 @@ those below it (docs/ARCHITECTURE.md draws it):
 
   envs/                environments with ground truth for credit (gymnax 1.0 API)
   core modules         types, config, returns, baselines, hindsight, replay, episodes,
-                       rollout, diagnostics, stats, fast_paths
+                       rollout, diagnostics, stats, fast_paths; step-level credit from
+                       restored states: vine (VinePPO), anchors (GiGPO), tree_rollouts
   nets/                flax networks: MLP, GRU, transformer, PRM
   search/              batched tree search over true environments
   addons/              features a recipe accepts: curriculum, PRM shaping, critique, probes
@@ -31,6 +32,7 @@ from credit_jax.baselines import (RunningBaseline, group_advantages,
                                   running_baseline_update)
 from credit_jax import envs, rollout
 from credit_jax import hindsight, replay
+from credit_jax import anchors, tree_rollouts, vine
 from credit_jax import diagnostics
 from credit_jax import search
 from credit_jax.search import (SearchOutput, SearchStats, SearchTree, make_mctx_search,
@@ -74,9 +76,10 @@ def __getattr__(name):
 
 __all__ = [
     "PolicyFn", "PolicyState", "PresampledPolicy", "RunningBaseline", "SearchOutput",
-    "SearchStats", "SearchTree", "SequencePolicy", "Trajectory", "algos", "baselines",
-    "diagnostics", "discounted_returns", "envs", "fast_paths", "gae", "group_advantages",
+    "SearchStats", "SearchTree", "SequencePolicy", "Trajectory", "algos", "anchors",
+    "baselines", "diagnostics", "discounted_returns", "envs", "fast_paths", "gae", "group_advantages",
     "hindsight", "lambda_returns", "make_mctx_search", "make_search", "make_train", "nets",
     "replay", "returns", "rollout", "running_baseline_advantages", "running_baseline_init",
-    "running_baseline_update", "search", "td_errors", "to_batch_major",
+    "running_baseline_update", "search", "td_errors", "to_batch_major", "tree_rollouts",
+    "vine",
 ]
