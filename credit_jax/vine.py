@@ -228,7 +228,9 @@ def vine_advantages(rewards: jax.Array, values: jax.Array, *, every: int = 1,
     every: m, the spacing `values` was collected with.
     gamma: [] discount (may be traced).
   Returns:
-    [T, B...] float32: each step's segment advantage, 0 at invalid steps.
+    [T, B...] float32: each step's segment advantage; 0 at invalid steps and at steps
+    after an episode boundary inside their segment (with `every = 1`, or segments that
+    start every episode, there are none).
   """
   horizon = int(rewards.shape[0])
   points = vine_points(horizon, every)
@@ -255,4 +257,7 @@ def vine_advantages(rewards: jax.Array, values: jax.Array, *, every: int = 1,
   far = jnp.where(alive, jnp.asarray(gamma, jnp.float32) ** span, 0.0)
   seg_adv = to_go[points] - far * to_go_next + far * values_next - values
   step_adv = jnp.repeat(seg_adv, every, axis=0, total_repeat_length=horizon)
-  return jnp.where(valid, step_adv, 0.0)
+  # A step after a boundary inside its segment belongs to an episode with no vine point
+  # at that step's segment start: it gets no credit (0) rather than another's.
+  starts = jnp.repeat(ended_before[points], every, axis=0, total_repeat_length=horizon)
+  return jnp.where(valid & (ended_before[:-1] == starts), step_adv, 0.0)

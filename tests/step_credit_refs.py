@@ -69,10 +69,11 @@ def linear_logits(weights):
   return policy, lambda obs, memory: softmax(np.asarray(weights, np.float64) @ obs)
 
 
-def memory_policy(weights, memory_weights):
+def memory_policy(weights, memory_weights, carry_extras=False):
   """A `SequencePolicy` whose carry is the sum of the cues seen so far and whose logits
   are `W obs + U carry + prev_action bonus`, so its values depend on the restored carry.
-  Returns (policy, probs_fn, memory_fn, initial memory) for `keychain_value`."""
+  With `carry_extras` the carry after each step is stored in `extras["carry"]`.
+  Returns (policy, probs_fn, memory_fn) for `keychain_value`."""
   w = jnp.asarray(weights, jnp.float32)
   u = jnp.asarray(memory_weights, jnp.float32)
   num_actions = w.shape[0]
@@ -81,7 +82,8 @@ def memory_policy(weights, memory_weights):
     logits = w @ obs + u @ carry + 0.5 * (jnp.arange(num_actions) == prev_action)
     action = nets.categorical_sample_with_noise(logits, noise)
     carry = carry + obs[:num_actions]
-    return carry, action, nets.categorical_log_prob(logits, action), {}
+    extras = {"carry": carry} if carry_extras else {}
+    return carry, action, nets.categorical_log_prob(logits, action), extras
 
   policy = SequencePolicy(
       initial_carry=lambda: jnp.zeros((num_actions,), jnp.float32),

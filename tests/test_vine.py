@@ -157,18 +157,18 @@ def _advantages_loop(rewards, values, every, gamma, terminated, truncated, valid
   for b in range(batch):
     for j, t0 in enumerate(points):
       t1 = points[j + 1] if j + 1 < len(points) else horizon
-      total, alive = 0.0, True
+      total, end, alive = 0.0, t1, True
       for u in range(t0, t1):
         if not valid[u, b]:
-          alive = False
+          end, alive = u, False
           break
         total += gamma ** (u - t0) * rewards[u, b]
         if terminated[u, b] or truncated[u, b]:
-          alive = False
+          end, alive = u + 1, False
           break
       nxt = values[j + 1, b] if (alive and j + 1 < len(points)) else 0.0
       adv = total + gamma ** (t1 - t0) * nxt - values[j, b]
-      for u in range(t0, t1):
+      for u in range(t0, end):     # steps after a boundary in the segment get 0
         out[u, b] = adv if valid[u, b] else 0.0
   return out
 
@@ -180,8 +180,9 @@ def test_advantages_equal_a_loop(every):
   rewards = rng.normal(size=(horizon, batch)).astype(np.float32)
   terminated = rng.random((horizon, batch)) < 0.15
   truncated = (rng.random((horizon, batch)) < 0.1) & ~terminated
-  valid = np.asarray(rollout.first_episode_mask(jnp.asarray(terminated),
-                                                jnp.asarray(truncated)))
+  valid = np.array(rollout.first_episode_mask(jnp.asarray(terminated),
+                                               jnp.asarray(truncated)))
+  valid[:, :2] = True          # two continuing columns: several episodes in the window
   values = rng.normal(size=(len(range(0, horizon, every)), batch)).astype(np.float32)
   got = jax.jit(vine.vine_advantages, static_argnames=("every",))(
       jnp.asarray(rewards), jnp.asarray(values), every=every, gamma=gamma,

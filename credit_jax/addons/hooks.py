@@ -30,6 +30,10 @@ tuple and describes itself in a `Recipe`; everything else happens here and in
                                          bonus); PRM shaping, RUDDER-style redistribution
       advantages(carry, EstimatorInput)  an advantage estimator replacing the recipe's
                                          own (`Feature.estimator = True`, at most one)
+      collect(carry, CollectInput)       a group rollout replacing the recipe's own
+                                         (tree-structured groups; GROUPS recipes), at
+                                         most one; its metric `env_steps` is the steps it
+                                         took, which replace the recipe's count
       observe(carry, note, Outcome, metrics)
                                          after the update: promotion, priorities, metrics
       measure                            a `Measure`: a statistic of the train state every
@@ -41,7 +45,8 @@ tuple and describes itself in a `Recipe`; everything else happens here and in
     (a feature that steps the environment for its own use counts those steps).
     Keys: the recipe hands `init` one key (`Hooks.init_keys` says whether it needs one)
     and each update one key `k`; slot `env_params` draws from `fold_in(k, 1)`,
-    `shape_rewards` from `fold_in(k, 2)`, `advantages` from `fold_in(k, 3)`, and the j-th
+    `shape_rewards` from `fold_in(k, 2)`, `advantages` from `fold_in(k, 3)`, `collect`
+    from `fold_in(rollout key, 4)` (`CollectInput.key`), and the j-th
     feature (j >= 1) of those filling one slot from `fold_in(slot key, j)`.
 
 Adding an advantage estimator (VinePPO's Monte-Carlo values from restarted states, GiGPO's
@@ -132,6 +137,20 @@ class EstimatorInput(NamedTuple):
   key: Array
 
 
+class CollectInput(NamedTuple):
+  """What a rollout replacement (`Bound.collect`) receives: the recipe's group rollout
+  `rollout.collect_groups(env, env_params, policy, params, key, num_tasks, group_size,
+  horizon)`, as arguments."""
+  env: Any
+  env_params: Any
+  policy: Any            # a PolicyFn or SequencePolicy
+  params: Any
+  key: Array
+  num_tasks: int
+  group_size: int
+  horizon: int
+
+
 class Outcome(NamedTuple):
   """What `Bound.observe` sees after an update."""
   success: Optional[Array]   # [] this update's success rate (None: the env has none)
@@ -170,6 +189,8 @@ class Bound:
 
   # An estimator overrides this: `(carry, EstimatorInput) -> (advantages, carry, metrics)`.
   advantages: Optional[Callable] = None
+  # A rollout replacement: `(carry, CollectInput) -> (traj [T, N, K], carry, metrics)`.
+  collect: Optional[Callable] = None
 
   def observe(self, carry, note, outcome: Outcome, metrics):
     del note, outcome, metrics
@@ -232,7 +253,7 @@ def check(config, recipe: Recipe, features: Sequence[Feature]) -> None:
 
 def _overrides(bound: Bound, slot: str) -> bool:
   return getattr(type(bound), slot, None) is not getattr(Bound, slot) or (
-      slot == "advantages" and bound.advantages is not None)
+      slot in ("advantages", "collect") and getattr(bound, slot) is not None)
 
 
 def _slot_keys(key, bound, slot):
@@ -325,6 +346,16 @@ class Hooks:
             key=jax.random.fold_in(inputs.key, 3)))
         return adv, {**aux, **carry}, m
     return inputs.advantages, aux, {}
+
+  def collect(self, aux, default: Callable, inputs: CollectInput):
+    """`(traj, aux, metrics)`: the rollout replacement's, or `default(*inputs)` (the
+    recipe's own group rollout) with no metrics."""
+    for i, b in enumerate(self.bound):
+      if b.collect is not None:
+        traj, carry, m = b.collect(self._carry(aux, i), inputs._replace(
+            key=jax.random.fold_in(inputs.key, 4)))
+        return traj, {**aux, **carry}, m
+    return default(*inputs), aux, {}
 
   def observe(self, aux, notes, outcome: Outcome, metrics):
     """`(aux, metrics)` after every feature has seen the update."""
