@@ -397,7 +397,7 @@ def main(argv):
           + f". This device: {device.device_kind}; the ratios compare only on an H200.")
     for r in ours:
       if r["seeds"] in anchors:
-        target = " (issue 4 target: >= 1.5x)" if r["seeds"] == 1024 else ""
+        target = " (target: >= 1.5x)" if r["seeds"] == 1024 else ""
         print(f"ours / PureJaxRL at {r['seeds']} seed(s): "
               f"{r['steps_per_s'] / anchors[r['seeds']]:.2f}x{target}")
   if _OUT.value:

@@ -11,7 +11,7 @@ Variants:
       curriculum on KeyChain (k = 3, A = 4) at T = 100.
   "t1000": every part at T = 1000 (GoalGrid 333x333; KeyChain k = 3), 5 seeds, 40
       updates for the KeyChain parts (about an hour on 2 loaded cores; see
-      docs/horizon_study.md).
+      docs/results/horizon.md).
   "smoke": seconds; what the tests run.
 Every field is documented in credit_jax/experiments/horizon/remedies.py's default_config().
 """

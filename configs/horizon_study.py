@@ -13,15 +13,15 @@ Variants:
       0.999, 1} and lambda in {0.95, 1} (MLP critic), the oracle-state critic, the
       history (GRU) critic and the GRU actor-critic, a learning-rate sweep per family at
       T = 100, the remedy run up to T = 10^4. GPU-sized: on 2 loaded CPU cores even a
-      4-seed subset of it takes over an hour (docs/horizon_study.md says what ran).
-  "cpu": the part of "full" that fits 2 CPU cores in ~1.5 h (what docs/horizon_study.md
+      4-seed subset of it takes over an hour (docs/results/horizon.md says what ran).
+  "cpu": the part of "full" that fits 2 CPU cores in ~1.5 h (what docs/results/horizon.md
       reports): 8 seeds, T in {10, 30, 100, 300, 1000}, 150 updates per cell (9,600 T env
       steps per seed), REINFORCE, GRPO K = 8 and 32, PPO + GAE with the MLP critic at
       (1, 1), (1, 0.95), (0.999, 0.95), the oracle-state and the history (GRU) critic at
       (1, 0.95); lr swept per family at T = 100 over {1e-3, 3e-3, 1e-2, 3e-2} (8 seeds,
       60 updates). Not in it: gamma 0.99, the GRU actor-critic, T = 3000 (run with
       overrides for the fastest methods) and 10^4. Run in pieces with --config.methods /
-      --config.horizons overrides on one workdir (docs/horizon_study.md lists them).
+      --config.horizons overrides on one workdir (docs/results/horizon.md lists them).
   "smoke": seconds; what the tests run.
 Every field is documented in credit_jax/experiments/horizon/study.py's default_config().
 """

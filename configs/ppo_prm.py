@@ -1,4 +1,4 @@
-"""PPO with process-reward shaping on RunningSum-v0 (issue 19): the PPO side of the PRM hook.
+"""PPO with process-reward shaping on RunningSum-v0: the PPO side of the PRM hook.
 
   python3 scripts/train.py --config=configs/ppo_prm.py --workdir=/tmp/ppo_prm
   python3 scripts/train.py --config=configs/ppo_prm.py:small --workdir=/tmp/ppo_prm_s

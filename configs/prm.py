@@ -1,4 +1,4 @@
-"""The PRM experiment (issue 19, exercise 4): `credit_jax/experiments/prm/study.py`.
+"""The PRM experiment (exercise 4): `credit_jax/experiments/prm/study.py`.
 
   python3 scripts/prm.py --config=configs/prm.py --workdir=/tmp/prm          # = :small
   python3 scripts/prm.py --config=configs/prm.py:speed --workdir=/tmp/prm_speed

@@ -1,4 +1,4 @@
-"""Self-critique and persistent memory on KeyChain-v0 (issue 21).
+"""Self-critique and persistent memory on KeyChain-v0.
 
   python3 scripts/critique.py --config=configs/critique.py:small --workdir=/tmp/critique
 

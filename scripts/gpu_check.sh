@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One prepared check for a lent GPU machine (the workplace's `device` tool): the figures
-# BENCHMARKS.md and issue 4 need from a GPU, in one command that fits one call.
+# BENCHMARKS.md needs from a GPU, in one command that fits one call.
 #
 # Here, once (a machine where pip can download; the wheels stay out of git, .gitignore
 # has /.whl/):
@@ -48,7 +48,7 @@ step() {  # step NAME SECONDS COMMAND...: runs it with a time limit, output to $
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import jax; print('jax', jax.__version__, jax.devices())"; } \
   2>&1 | tee "$OUT/device.txt"
-# Issue 4's GPU target: PPO CartPole, 1024 vmapped seeds, >= 1.5x PureJaxRL's H200 3.15e7.
+# The GPU target: PPO CartPole, 1024 vmapped seeds, >= 1.5x PureJaxRL's H200 3.15e7.
 step ppo 240 python3 benchmarks/bench_ppo.py --seeds=1,1024 --repeats=3 --out="$OUT/ppo.json"
 # The train script end to end on the GPU (runner, checkpoints, metrics), 8 seeds.
 step train 90 python3 scripts/train.py --config=configs/ppo_cartpole.py:small \
@@ -56,7 +56,7 @@ step train 90 python3 scripts/train.py --config=configs/ppo_cartpole.py:small \
 step gae 90 python3 benchmarks/bench_gae.py
 step env 60 python3 benchmarks/bench_env.py
 step search 90 python3 benchmarks/bench_search.py --batch=1024
-# Issue 17: GRU/transformer PPO steps/s vs the MLP at T = 1000; transformer acting cost
+# GRU/transformer PPO steps/s vs the MLP at T = 1000; transformer acting cost
 # at step 1000 vs 10 with and without the KV cache; the GRU with bptt_chunk = 100 and a
 # 32-unit GRU; where one update's time goes (rollout, minibatch gradient, scan).
 step sequence 240 python3 benchmarks/bench_sequence.py --num_envs=64 --repeats=5 --bptt_chunks=100 --gru_sizes=32

@@ -39,13 +39,13 @@ distributed.define_flags(flags)
 
 
 def _standalone(name: str):
-  """credit_jax/<name>.py loaded on its own (launch.py, watchdog.py: neither imports the
+  """credit_jax/runtime/<name>.py loaded on its own (launch.py, watchdog.py: neither imports the
   package): importing the credit_jax package runs a JAX computation (gymnax, at import),
   which would start the backend before XLA_FLAGS is set and make configure_process
   re-execute the process (and, under jax.distributed, drop its connection to the
   coordinator)."""
   path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "credit_jax",
-                      f"{name}.py")
+                      "runtime", f"{name}.py")
   spec = importlib.util.spec_from_file_location(f"_credit_jax_{name}", path)
   module = importlib.util.module_from_spec(spec)
   sys.modules[spec.name] = module   # dataclasses look their module up there

@@ -232,6 +232,7 @@ def test_curriculum_experiment_smoke(tmp_path, monkeypatch):
   import json
   from credit_jax.experiments import curriculum as exp
   from credit_jax.experiments.curriculum import hierarchy as ch
+  from credit_jax.experiments.curriculum import study
   from credit_jax.experiments import report
   from credit_jax.algos import ppo
   config = load_config("curriculum", "smoke")
@@ -257,7 +258,7 @@ def test_curriculum_experiment_smoke(tmp_path, monkeypatch):
     curve = _synthetic_curves(cfg.c.num_updates, cfg.c.horizon, ("x",), cfg)["x"]
     return {k: curve[k] for k in ("env_steps", "success", "compiles")}
 
-  monkeypatch.setattr(exp, "train_curves", train_curves)
+  monkeypatch.setattr(study, "train_curves", train_curves)   # where run() looks it up
   monkeypatch.setattr(ch, "train_method", train_method)
   summary = exp.run(config, str(tmp_path), log=[].append)
   assert set(summary["parts"]) == {"a", "b1", "b2", "c"}

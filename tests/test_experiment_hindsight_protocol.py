@@ -36,7 +36,7 @@ def test_bootstrap_interval_hand_cases():
   assert hindsight.bootstrap_interval([np.inf] * 4) == (np.inf, np.inf, np.inf)
   # Paired columns: resampled rows keep their pairing, so a constant ratio stays exact.
   pair = np.stack([np.arange(1.0, 9.0), 2.0 * np.arange(1.0, 9.0)], 1)
-  assert hindsight.bootstrap_interval(pair, hindsight._median_ratio) == (0.5, 0.5, 0.5)
+  assert hindsight.bootstrap_interval(pair, hindsight.study._median_ratio) == (0.5, 0.5, 0.5)
   with pytest.raises(ValueError, match="values"):
     hindsight.bootstrap_interval(np.zeros((0,)))
 

@@ -1,4 +1,4 @@
-"""RunningSum-v0's step checker, PRM labels/training/calibration, and PRM shaping (issue 19)."""
+"""RunningSum-v0's step checker, PRM labels/training/calibration, and PRM shaping."""
 import jax
 import jax.numpy as jnp
 import numpy as np

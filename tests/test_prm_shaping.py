@@ -1,4 +1,4 @@
-"""PRM shaping hooks (issue 19): per-step difference credit, best-of-N reranking,
+"""PRM shaping hooks: per-step difference credit, best-of-N reranking,
 Monte-Carlo retraining labels from the current policy, GRPO's and PPO's hooks."""
 import types
 
@@ -128,8 +128,8 @@ def test_grpo_step_form_adds_per_step_credit():
   shaper = prm.make_shaper(c, env, params)
   aux = shaper.init(jax.random.PRNGKey(1))
   from credit_jax import nets, rollout
-  net, obs_shape = cj.algos.common.make_network(c, env, params, value_head=False)
-  pparams = cj.algos.common.init_params(net, jax.random.PRNGKey(2), obs_shape)
+  net, obs_shape = cj.algos.train.make_network(c, env, params, value_head=False)
+  pparams = cj.algos.train.init_params(net, jax.random.PRNGKey(2), obs_shape)
   traj = rollout.collect_groups(env, params, nets.make_policy_fn(net), pparams,
                                 jax.random.PRNGKey(3), 2, 2, c.horizon)
   returns = jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), 0)
@@ -168,8 +168,8 @@ def test_ppo_step_shaper_rewards_by_hand_across_rollouts():
   aux = shaper.init(jax.random.PRNGKey(0))
   hp = {"prm_weight": 0.5, "prm_outcome_weight": 2.0}
   from credit_jax import rollout
-  net, obs_shape = cj.algos.common.make_network(c, env, params, value_head=True)
-  pparams = cj.algos.common.init_params(net, jax.random.PRNGKey(1), obs_shape)
+  net, obs_shape = cj.algos.train.make_network(c, env, params, value_head=True)
+  pparams = cj.algos.train.init_params(net, jax.random.PRNGKey(1), obs_shape)
   from credit_jax import nets
   policy_fn = nets.make_policy_fn(net, value=False)
   obs, env_state = rollout.reset(env, params, jax.random.PRNGKey(2), 2)

@@ -32,9 +32,9 @@ benchmarked both ways (BENCHMARKS.md, `benchmarks/bench_sequence.py`):
     after it instead of an accumulation inside the loop.
 
 On a 2-core CPU the per-step cost of these loops is mostly the number of XLA operations
-in a step, each output kept included (BENCHMARKS.md, "Which MLP, and where a GRU PPO
-update goes"): one `[H, 3H]` product beat three `[H, H]` ones once the concatenation
-was taken out of the loop, and four kept outputs beat five.
+in a step, each output kept included (BENCHMARKS.md, "Sequence networks"): one
+`[H, 3H]` product beat three `[H, H]` ones once the concatenation was taken out of the
+loop, and four kept outputs beat five.
 
 Shapes: `K` stacked cells ("trunks": 1 for a shared GRU, 2 for separate policy and value
 GRUs) run side by side in one loop: `h [..., K, H]`, projected inputs `[T, ..., K, 3H]`.

@@ -22,7 +22,7 @@ The package, one job per module (mctx splits the same job the same way):
   search.py       `make_search`, composing them.
   mctx_adapter.py `make_mctx_search`: mctx's `gumbel_muzero_policy` on the same model
                   (mctx imported only when a search is built).
-  baselines.py    what a search must beat at matched compute: greedy, best-of-M,
+  decoding.py     what a search must beat at matched compute: greedy, best-of-M,
                   sampling without replacement, beam search (`credit_jax.search.decoding`).
 
 On CPU, run search-heavy programs on one core (`taskset -c 0 python3 ...`, or

@@ -47,6 +47,12 @@ from credit_jax import envs, nets, rollout
 from credit_jax.algos import ConfigError, train as train_lib, reinforce
 from credit_jax.experiments import report
 
+__all__ = [
+    "break_even", "ci95", "default_config", "make_eval", "make_memory_stream",
+    "markdown", "measure_memory", "measure_retries", "num_seeds", "plot",
+    "recipe_config", "run", "steps_to_target", "train_policies", "validate_config",
+]
+
 
 def default_config() -> ml_collections.ConfigDict:
   """The "small" run: 5 seeds, KeyChain T=6, k=2, A=4, cues 3 steps early, R=3."""

@@ -51,6 +51,14 @@ from credit_jax.experiments.curriculum.analysis import (  # noqa: F401 (re-expor
     advantage, ci95, compare, steps_to_level, stops_helping, success_at,
     summary_markdown, target_verdict)
 
+__all__ = [
+    "EXTRA_CURVES", "METHODS", "advantage", "ci95", "compare", "default_config",
+    "derived", "grpo_config", "method_carry", "num_seeds", "part_a", "part_b1",
+    "part_b2", "plot", "resummarize", "run", "steps_to_level", "stops_helping",
+    "success_at", "summarize", "summary_markdown", "target_verdict", "train_curves",
+    "validate_config",
+]
+
 METHODS = ("direct", "fixed", "gated", "plr")
 # Per-evaluation curves besides env_steps and success that metrics.jsonl keeps.
 EXTRA_CURVES = ("train_success", "stage_value", "episode_length", "worker_success")

@@ -54,6 +54,12 @@ from credit_jax.algos import ConfigError
 from credit_jax.experiments.grpo_degradation import pool as grpo_pool
 from credit_jax.experiments import report
 
+__all__ = [
+    "MAX_Z", "default_config", "make_measure", "markdown", "num_seeds",
+    "pivotal_accuracy", "plot", "plot_pool", "point_records", "pool_markdown", "run",
+    "training_markdown", "validate_config",
+]
+
 MAX_Z = 3.0   # target: every measured fraction within this many standard errors
 
 

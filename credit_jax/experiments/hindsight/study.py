@@ -43,6 +43,13 @@ from credit_jax import algos
 from credit_jax.algos import ConfigError, dqn, grpo_hindsight
 from credit_jax.experiments import report
 
+__all__ = [
+    "EARLIER_SETTINGS", "GRPO_ENVS", "SWEEP_SEED_OFFSET", "bootstrap_interval",
+    "default_config", "dqn_config", "grpo_config", "grpo_markdown", "mode_results",
+    "num_seeds", "part_a", "part_b", "plot_grpo", "run", "run_arms", "steps_to_level",
+    "summary_markdown", "sweep_lr", "validate_config",
+]
+
 
 def dqn_config(num_bits=15, her=True):
   """DQN(+HER) on BitFlip-v0 with `num_bits` bits (the HER paper's experiment): the

@@ -1,4 +1,4 @@
-"""Experiment: the remedies on the horizon axis (issue 18, item 3), each against GRPO.
+"""Experiment: the remedies on the horizon axis , each against GRPO.
 
   python3 scripts/horizon_remedies.py --config=configs/horizon_remedies.py:small --workdir=DIR
 

@@ -28,7 +28,7 @@ PRM_NOTE = (
     "credit over distance. Growing the chain instead (num_terms) changes the task and "
     "needs a PRM trained on new demonstrations per length; the PRM experiment's part C "
     "already measures the PRM's judgement over T up to 500 (P(all T judgements right) "
-    "against a^T). The PRM experiment (credit_jax/experiments/prm/study.py) is issue 19's.")
+    "against a^T). The PRM experiment (credit_jax/experiments/prm/study.py) is its own study.")
 
 
 def smoothed(success, smooth: int) -> np.ndarray:

@@ -63,6 +63,12 @@ from credit_jax.experiments.horizon import (methods as horizon_methods,
                                             report as horizon_report)
 from credit_jax.experiments import report
 
+__all__ = [
+    "cell_budget", "cell_result", "choose_lrs", "default_config", "evaluate_at",
+    "num_seeds", "run", "run_transfer", "train_cell", "updates_to_level",
+    "validate_config",
+]
+
 
 def default_config() -> ml_collections.ConfigDict:
   """The `:small` study (configs/horizon_study.py); every field documented here."""

@@ -50,6 +50,11 @@ from credit_jax.algos import grpo, ppo
 from credit_jax.experiments.prm import report as prm_report
 from credit_jax.experiments import report
 
+__all__ = [
+    "METRICS", "arms", "ci95", "default_config", "num_seeds", "part_a", "part_b",
+    "part_c", "part_d", "part_e", "ppo_config", "run", "steps_to", "validate_config",
+]
+
 METRICS = ("success", "prm_score", "step_accuracy", "prm_gap", "padding_frac",
            "surface_frac", "surface_wrong_frac", "prm_accuracy")
 
@@ -109,7 +114,7 @@ def ppo_config() -> ml_collections.ConfigDict:
 
 
 def validate_config(c) -> None:
-  req = algos.common.require
+  req = algos.train.require
   grpo.validate_config(c.grpo)
   req(int(c.seeds) >= 2, "seeds", "need >= 2 for intervals")
   req(max(c.compounding_T) <= 500, "compounding_T", "max 500")
@@ -189,7 +194,7 @@ def part_d(c, finals, log) -> Dict[str, Any]:
   from credit_jax import nets, rollout
   g = c.grpo
   env, params = envs.make(g.env_name, **dict(g.env_kwargs))
-  net, _ = algos.common.make_network(g, env, params, value_head=False)
+  net, _ = algos.train.make_network(g, env, params, value_head=False)
   shaper = prm.make_shaper(g, env, params)
   policy_fn = nets.make_policy_fn(net)
   k_max, tasks, horizon = int(max(c.rerank_N)), int(c.rerank_tasks), int(g.horizon)

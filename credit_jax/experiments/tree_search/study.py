@@ -36,6 +36,11 @@ from credit_jax.algos import search_then_train as stt
 from credit_jax.experiments import report
 from credit_jax.experiments.tree_search import vs_baselines as svb
 
+__all__ = [
+    "default_config", "markdown", "num_seeds", "plot_training", "run", "train_arms",
+    "train_config", "training_summary", "validate_config",
+]
+
 def train_config(horizon: int, num_pivotal: int):
   """Part B's search-then-train recipe config: the recipe's `default_config()` on KeyChain
   with episodes of `horizon` steps and `num_pivotal` pivotal steps, 4 seeds, 40 updates.

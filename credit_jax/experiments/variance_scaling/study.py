@@ -57,6 +57,13 @@ from credit_jax.runtime import metrics
 from credit_jax.algos import ConfigError
 from credit_jax.experiments import report
 
+__all__ = [
+    "PARTS", "REWARD_MODES", "SLOPE_TARGET", "STATS", "VARIANCE_VIEWS",
+    "default_config", "make_measure", "markdown", "num_seeds", "plot", "records_for",
+    "run", "scheme_names", "slopes", "step_rewards", "summarize", "validate_config",
+    "variance_parts_markdown",
+]
+
 REWARD_MODES = ("terminal", "partial")
 SLOPE_TARGET = (0.8, 1.2)
 STATS = ("variance", "snr", "bias", "cosine")
