@@ -5,7 +5,7 @@
 of the rollout (`StepStateWrapper`'s `info["step_state"]`, and a sequence policy's carry
 from `extras["carry"]`), K vines run to the episode's end under the policy that collected
 the rollout, and `credit_jax.vine.vine_advantages` of their mean returns are the update's
-advantages (discount: the recipe's `gamma`). No value network is needed: PPO's value head
+advantages (discount: the recipe's `gamma`; 1 in a recipe without one, GRPO). No value network is needed: PPO's value head
 still trains on `advantages + values` unless `vf_coef = 0`, and plain PPO + GAE is the
 comparison with one. The vines' steps are metric `env_steps` (added to the recipe's) and
 `vine_env_steps`, so budgets count them.
@@ -82,7 +82,7 @@ class _VineBound(hooks.Bound):
 
   def _advantages(self, carry, inputs: hooks.EstimatorInput):
     traj = inputs.traj
-    gamma = inputs.hp["gamma"]
+    gamma = inputs.hp.get("gamma", 1.0)    # GRPO has none: undiscounted, as its returns
     out = vine.collect_vines(self.env, self.env_params, self.policy, inputs.params,
                              inputs.key, traj, step_states.step_states(self.policy, traj),
                              num_vines=self.num_vines, every=self.every, gamma=gamma)
