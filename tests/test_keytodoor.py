@@ -9,16 +9,20 @@ from credit_jax import envs, rollout
 MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
 
 
-def ref_noise(seed, t):
-  """The noise hash in plain Python integers."""
+def ref_mix32(seed, t):
+  """credit_jax.envs.hashing.mix32 in plain Python integers."""
   m = 0xFFFFFFFF
   x = (seed ^ ((t * 0x9E3779B9) & m)) & m
   x ^= x >> 16
   x = (x * 0x85EBCA6B) & m
   x ^= x >> 13
   x = (x * 0xC2B2AE35) & m
-  x ^= x >> 16
-  u = (x >> 8) / float(1 << 24)
+  return x ^ (x >> 16)
+
+
+def ref_noise(seed, t):
+  """The noise hash in plain Python integers."""
+  u = (ref_mix32(seed, t) >> 8) / float(1 << 24)
   return (2.0 * u - 1.0) * np.sqrt(3.0)
 
 
