@@ -14,6 +14,7 @@ from credit_jax.experiments import step_credit  # pylint: disable=g-import-not-a
 _WORKDIR = flags.DEFINE_string("workdir", "runs/step_credit", "Output folder.")
 _SMALL = flags.DEFINE_bool("small", False, "A seconds-long run (T = 20, 2 seeds).")
 _HORIZONS = flags.DEFINE_list("horizons", [], "Override the horizons, e.g. 100,1000.")
+_BUDGET = flags.DEFINE_integer("budget_updates", 0, "Override the budget (GRPO updates).")
 
 
 def main(argv):
@@ -21,6 +22,8 @@ def main(argv):
   config = step_credit.default_config(_SMALL.value)
   if _HORIZONS.value:
     config.horizons = tuple(int(t) for t in _HORIZONS.value)
+  if _BUDGET.value:
+    config.budget_updates = _BUDGET.value
   out = step_credit.run(config, _WORKDIR.value)
   print("\n".join(out["markdown"]))
 

@@ -18,7 +18,8 @@ def test_budgets_are_equal_and_count_vine_and_branch_steps():
       per_update[method] = study._steps_per_update(config, method, horizon)
       assert budget == 40 * 64 * horizon
       assert updates * per_update[method] <= budget < (updates + 1) * per_update[method]
-    assert per_update["grpo"] == per_update["ppo"] == per_update["gigpo"] == 64 * horizon
+    assert per_update["grpo"] == per_update["ppo"] == per_update["gigpo"] == \
+        per_update["gigpo_obs"] == 64 * horizon
     assert per_update["tree"] == 8 * (horizon // 4 + 2 * horizon // 4 + 4 * horizon // 4
                                       + 8 * horizon // 4)
     assert per_update["tree"] == 8 * tree_rollouts.tree_env_steps(

@@ -10,7 +10,12 @@ same `budget_env_steps` env steps per seed with every vine and branch step count
 
   grpo     GRPO, 8 tasks x K = 8 episodes of T steps per update (64 T steps)
   ppo      PPO + GAE (gamma 1, lambda 0.95), 64 environments x T steps (64 T)
-  gigpo    GRPO + GiGPO's step advantages, anchors by environment state, weight 1 (64 T)
+  gigpo    GRPO + GiGPO's step advantages, anchors by environment state, weight 1 (64 T).
+           KeyChain's state holds `all_correct` (every pivotal answer so far right), which
+           no observation shows: these anchors group by hidden ground truth, an upper
+           bound in the way an oracle critic is
+  gigpo_obs the same with anchors by observation (what an agent sees; GiGPO's own
+           setting), weight 1 (64 T)
   tree     GRPO over trees: 8 tasks x 8 leaves, b = 2, branching at T/4, T/2, 3T/4
            (8 x 3.75 T = 30 T per update)
   vine     PPO with VinePPO's advantages and no value loss (vf_coef 0): `vine_episodes`
@@ -46,7 +51,7 @@ from credit_jax.algos import train as train_lib
 
 __all__ = ["default_config", "cells", "method_config", "run", "METHODS"]
 
-METHODS = ("grpo", "ppo", "gigpo", "tree", "vine")
+METHODS = ("grpo", "ppo", "gigpo", "gigpo_obs", "tree", "vine")
 
 
 def default_config(small: bool = False) -> ml_collections.ConfigDict:
@@ -91,14 +96,14 @@ def _branch_steps(horizon):
 
 def method_config(config, method, horizon):
   """The recipe config of `method` at T = `horizon`, for the budget's updates."""
-  budget = int(config.budget_updates) * 64 * int(horizon)
+  budget = int(config.budget_updates) * 64 * int(horizon)   # env steps per seed
   updates = budget // _steps_per_update(config, method, horizon)
-  if method in ("grpo", "gigpo", "tree"):
+  if method in ("grpo", "gigpo", "gigpo_obs", "tree"):
     c = grpo.default_config()
     c.num_tasks, c.group_size, c.num_minibatches, c.update_epochs = 8, 8, 2, 2
     c.num_updates, c.horizon = updates, int(horizon)
-    if method == "gigpo":
-      gigpo.add_config(c, step_weight=1.0, anchor="state")
+    if method in ("gigpo", "gigpo_obs"):
+      gigpo.add_config(c, step_weight=1.0, anchor="state" if method == "gigpo" else "obs")
     elif method == "tree":
       tree_groups.add_config(c, 2, _branch_steps(horizon))
   else:
