@@ -6,7 +6,8 @@ those below it (docs/ARCHITECTURE.md draws it):
 
   envs/                environments with ground truth for credit (gymnax 1.0 API)
   core modules         types, config, returns, baselines, hindsight, replay, episodes,
-                       rollout, diagnostics, stats, fast_paths
+                       rollout, diagnostics, stats, fast_paths; step-level credit from
+                       restored states: vine (VinePPO), anchors (GiGPO), tree_rollouts
   nets/                flax networks: MLP, GRU, transformer, PRM
   search/              batched tree search over true environments
   addons/              features a recipe accepts: curriculum, PRM shaping, critique, probes
@@ -29,8 +30,9 @@ __version__ = "0.1.0"
 # operation when it is imported, and XLA reads XLA_FLAGS only when its backend starts; so
 # `cj.configure_process()` right after `import credit_jax` still takes effect in the
 # process itself (BUILD.md "No hang from Python").
-_SUBMODULES = ("algos", "baselines", "diagnostics", "envs", "fast_paths", "hindsight",
-               "nets", "replay", "returns", "rollout", "search")
+_SUBMODULES = ("algos", "anchors", "baselines", "diagnostics", "envs", "fast_paths",
+               "hindsight", "nets", "replay", "returns", "rollout", "search", "tree_rollouts",
+               "vine")
 _NAMES = {
     "credit_jax.types": ("PolicyFn", "PolicyState", "PresampledPolicy", "SequencePolicy",
                          "Trajectory", "to_batch_major"),
@@ -102,9 +104,11 @@ def __dir__():
 
 __all__ = [
     "PolicyFn", "PolicyState", "PresampledPolicy", "RunningBaseline", "SearchOutput",
-    "SearchStats", "SearchTree", "SequencePolicy", "Trajectory", "algos", "baselines",
-    "configure_process", "diagnostics", "discounted_returns", "envs", "fast_paths", "gae", "group_advantages",
+    "SearchStats", "SearchTree", "SequencePolicy", "Trajectory", "algos", "anchors",
+    "baselines", "configure_process", "diagnostics", "discounted_returns", "envs",
+    "fast_paths", "gae", "group_advantages",
     "hindsight", "lambda_returns", "make_mctx_search", "make_search", "make_train", "nets",
     "replay", "returns", "rollout", "running_baseline_advantages", "running_baseline_init",
-    "running_baseline_update", "search", "td_errors", "to_batch_major",
+    "running_baseline_update", "search", "td_errors", "to_batch_major", "tree_rollouts",
+    "vine",
 ]

@@ -43,7 +43,7 @@ gymnax's "final_observation", "terminated" and "truncated", which are fields alr
 from __future__ import annotations
 
 import math
-from typing import Any, Tuple
+from typing import Any, NamedTuple, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +55,19 @@ from credit_jax.types import (PolicyFn, PolicyState, PresampledPolicy, SequenceP
                               Trajectory)
 
 _GYMNAX_INFO_FIELDS = ("final_observation", "terminated", "truncated")
+
+
+class StepStates(NamedTuple):
+  """What the engine held before each step, kept on request (`keep_states=True`) for
+  methods that restart from intermediate states (Monte-Carlo values, tree branches).
+
+  `env_state[t]` is the state step t acted in (after any auto-reset), so
+  `env.step(key, env_state[t], a, params)` with `obs[t]` continues the episode from
+  there; `policy_state[t]` the sequence policy's `PolicyState` before acting at t (None
+  for a stateless policy).
+  """
+  env_state: Any      # pytree of [T, B..., ...]
+  policy_state: Any   # PolicyState of [T, B..., ...], or None
 
 
 def uniform_random_policy(num_actions: int) -> PolicyFn:
@@ -165,32 +178,36 @@ def sequence_inputs(traj: Trajectory, policy_state: PolicyState
 
 
 def collect_episodes(env: Any, env_params: Any, policy_fn: PolicyFn,
-                     policy_params: Any, key: jax.Array, num_envs: int, horizon: int
-                     ) -> Trajectory:
+                     policy_params: Any, key: jax.Array, num_envs: int, horizon: int,
+                     keep_states: bool = False):
   """One episode per environment from a fresh reset, up to `horizon` steps.
 
   Returns:
     Trajectory with fields [horizon, num_envs, ...]; `valid[t, b]` is True up to and
     including the first step where env b's episode terminated or was truncated.
+    With `keep_states`, `(traj, StepStates)` with leaves [horizon, num_envs, ...].
   """
   horizon = check_int("horizon", horizon, minimum=1)
   key_reset, key_run = jax.random.split(key)
   obs, env_state = reset(env, env_params, key_reset, num_envs)
-  traj, _ = _scan(env, env_params, policy_fn, policy_params, key_run, env_state, obs,
-                  horizon, num_envs, _fresh_policy_state(policy_fn, num_envs))
-  return traj._replace(valid=first_episode_mask(traj.terminated, traj.truncated))
+  out = _scan(env, env_params, policy_fn, policy_params, key_run, env_state, obs,
+              horizon, num_envs, _fresh_policy_state(policy_fn, num_envs),
+              keep_states=bool(keep_states))
+  traj = out[0]._replace(valid=first_episode_mask(out[0].terminated, out[0].truncated))
+  return (traj, out[2]) if keep_states else traj
 
 
 def collect_groups(env: Any, env_params: Any, policy_fn: PolicyFn, policy_params: Any,
-                   key: jax.Array, num_tasks: int, group_size: int, horizon: int
-                   ) -> Trajectory:
+                   key: jax.Array, num_tasks: int, group_size: int, horizon: int,
+                   keep_states: bool = False):
   """`group_size` episodes per task, all starting from the task's one start state.
 
   Each task is reset once; its state is copied to the `group_size` members, which then
   act and step with independent keys. Validity as in `collect_episodes`.
 
   Returns:
-    Trajectory with fields [horizon, num_tasks, group_size, ...].
+    Trajectory with fields [horizon, num_tasks, group_size, ...]; with `keep_states`,
+    `(traj, StepStates)` with leaves [horizon, num_tasks, group_size, ...].
   """
   horizon = check_int("horizon", horizon, minimum=1)
   num_tasks = check_int("num_tasks", num_tasks, minimum=1)
@@ -201,11 +218,13 @@ def collect_groups(env: Any, env_params: Any, policy_fn: PolicyFn, policy_params
   obs, env_state = jax.tree.map(lambda x: jnp.repeat(x, group_size, axis=0),
                                 (obs, env_state))
   batch = num_tasks * group_size
-  traj, _ = _scan(env, env_params, policy_fn, policy_params, key_run, env_state, obs,
-                  horizon, batch, _fresh_policy_state(policy_fn, batch))
-  traj = traj._replace(valid=first_episode_mask(traj.terminated, traj.truncated))
-  return jax.tree.map(
-      lambda x: x.reshape((horizon, num_tasks, group_size) + x.shape[2:]), traj)
+  out = _scan(env, env_params, policy_fn, policy_params, key_run, env_state, obs,
+              horizon, batch, _fresh_policy_state(policy_fn, batch),
+              keep_states=bool(keep_states))
+  traj = out[0]._replace(valid=first_episode_mask(out[0].terminated, out[0].truncated))
+  regroup = lambda x: x.reshape((horizon, num_tasks, group_size) + x.shape[2:])
+  traj = jax.tree.map(regroup, traj)
+  return (traj, jax.tree.map(regroup, out[2])) if keep_states else traj
 
 
 def first_episode_mask(terminated: jax.Array, truncated: jax.Array) -> jax.Array:
@@ -265,8 +284,11 @@ def _fresh_policy_state(policy_fn, batch):
 
 
 def _scan(env, env_params, policy_fn, policy_params, key, env_state, obs, num_steps,
-          batch, policy_state=None):
-  """The engine's one loop: vmapped policy, vmapped env.step, scanned over time."""
+          batch, policy_state=None, keep_states=False):
+  """The engine's one loop: vmapped policy, vmapped env.step, scanned over time.
+
+  With `keep_states` it also returns the `StepStates` before every step, leaves
+  `[T, B, ...]`, as a third output."""
   step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
   # Every step's policy and env keys [T, 2, B] in one split before the loop: on CPU a
   # split inside the loop is a small loop of its own, run once per step.
@@ -315,7 +337,7 @@ def _scan(env, env_params, policy_fn, policy_params, key, env_state, obs, num_st
 
   if policy_state is not None:
     return _sequence_scan(policy_fn, act, step, env_params, policy_params, env_state, obs,
-                          policy_state, policy_xs, env_xs, num_steps, batch)
+                          policy_state, policy_xs, env_xs, num_steps, batch, keep_states)
 
   def body(carry, xs):
     env_state, obs = carry
@@ -328,18 +350,17 @@ def _scan(env, env_params, policy_fn, policy_params, key, env_state, obs, num_st
     info = {k: v for k, v in info.items() if k not in _GYMNAX_INFO_FIELDS}
     out = (obs, action, reward.astype(jnp.float32), terminated, truncated,
            log_prob.astype(jnp.float32), final_obs, extras, info)
-    return (env_state, next_obs), out
+    return (env_state, next_obs), out + ((carry[0],) if keep_states else ())
 
   (env_state, obs), out = jax.lax.scan(body, (env_state, obs), (policy_xs, env_xs))
-  obs_t, action, reward, terminated, truncated, log_prob, final_obs, extras, info = out
-  traj = Trajectory(obs=obs_t, actions=action, rewards=reward, terminated=terminated,
-                    truncated=truncated, log_probs=log_prob, final_obs=final_obs,
-                    valid=jnp.ones((num_steps, batch), bool), extras=extras, info=info)
+  traj = _trajectory(out[:9], num_steps, batch)
+  if keep_states:
+    return traj, (env_state, obs), StepStates(env_state=out[9], policy_state=None)
   return traj, (env_state, obs)
 
 
 def _sequence_scan(policy_fn, act, step, env_params, policy_params, env_state, obs,
-                   policy_state, policy_xs, env_xs, num_steps, batch):
+                   policy_state, policy_xs, env_xs, num_steps, batch, keep_states=False):
   """`_scan`'s loop for a `SequencePolicy`: the `PolicyState` rides in the scan carry and
   is reset to the initial state after every step that ended an episode."""
   initial = initial_policy_state(policy_fn, batch)
@@ -361,15 +382,22 @@ def _sequence_scan(policy_fn, act, step, env_params, policy_params, env_state, o
     info = {k: v for k, v in info.items() if k not in _GYMNAX_INFO_FIELDS}
     out = (obs, action, reward, terminated, truncated, log_prob.astype(jnp.float32),
            final_obs, extras, info)
-    return (env_state, next_obs, ps), out
+    return (env_state, next_obs, ps), out + ((carry[0], carry[2]) if keep_states else ())
 
   (env_state, obs, policy_state), out = jax.lax.scan(
       body, (env_state, obs, policy_state), (policy_xs, env_xs))
+  traj = _trajectory(out[:9], num_steps, batch)
+  if keep_states:
+    return (traj, (env_state, obs, policy_state),
+            StepStates(env_state=out[9], policy_state=out[10]))
+  return traj, (env_state, obs, policy_state)
+
+
+def _trajectory(out, num_steps, batch):
   obs_t, action, reward, terminated, truncated, log_prob, final_obs, extras, info = out
-  traj = Trajectory(obs=obs_t, actions=action, rewards=reward, terminated=terminated,
+  return Trajectory(obs=obs_t, actions=action, rewards=reward, terminated=terminated,
                     truncated=truncated, log_probs=log_prob, final_obs=final_obs,
                     valid=jnp.ones((num_steps, batch), bool), extras=extras, info=info)
-  return traj, (env_state, obs, policy_state)
 
 
 def _check_policy_state(policy_state, batch):

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from credit_jax.addons import curriculum, prm
+from credit_jax.addons import curriculum, hooks as hooks_lib, prm, step_credit
 from credit_jax import nets, rollout
 from credit_jax.algos import train as train_lib, grpo_sequence, losses
 from credit_jax.algos.group_update import step_advantages, update_metrics
@@ -57,6 +57,10 @@ from credit_jax import episodes
 HPARAMS = ("lr", "clip_eps", "ent_coef", "kl_coef", "max_grad_norm")
 ADVANTAGES = ("grpo", "rloo", "drgrpo")
 AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
+# Hooks (credit_jax/addons/hooks.py) this recipe takes: step-level credit from restored
+# states (credit_jax/addons/step_credit.py).
+HOOKS = ("vine", "gigpo", "tree")
+RECIPE = hooks_lib.Recipe("grpo", HOOKS, rollout=hooks_lib.GROUPS)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -102,6 +106,7 @@ def validate_fields(config) -> None:
   if config.get("prm") is not None:   # optional PRM shaping (credit_jax/addons/prm.py)
     prm.validate_config(config.prm, req)
   curriculum.validate(config)
+  step_credit.check(config, RECIPE)
   # Recipes built on these fields (grpo_hindsight, search_then_train) run MLPs only.
   grpo_sequence.validate_network(config, config.get("algo", "grpo") == "grpo")
 
@@ -164,10 +169,12 @@ def make_train(config) -> train_lib.Train:
   env, env_params = (curriculum.make_env(config) if curriculum.enabled(config)
                      else train_lib.make_env(config))
   cur = curriculum.Curriculum(config, env_params) if curriculum.enabled(config) else None
+  env, env_params = step_credit.wrap_env(config, env, env_params)
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)
   policy_fn = nets.make_policy_fn(network)
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
    kind, agg) = settings(config)
+  hooks = step_credit.bind(config, RECIPE, env, env_params, policy_fn, num_tasks * group)
   shaper = prm.make_shaper(config, env, env_params, network)  # None unless prm.enabled
 
   def init_fn(key, hp):
@@ -192,12 +199,21 @@ def make_train(config) -> train_lib.Train:
     if cur:  # curriculum hook: this update's episode length
       stage = cur.select(aux["curriculum"], state.update, jax.random.fold_in(k_perm, 1))
       roll_params = cur.env_params(aux["curriculum"], env_params, stage)
-    traj = rollout.collect_groups(env, roll_params, policy_fn, state.params, k_roll,
-                                  num_tasks, group, horizon)            # [T, N, K]
-    valid = traj.valid
+    traj, aux, rollout_metrics = hooks.collect(aux, rollout.collect_groups,
+                                               hooks_lib.CollectInput(
+        env, roll_params, policy_fn, state.params, k_roll, num_tasks, group, horizon))
+    valid = traj.valid                                                 # [T, N, K]
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
     step_adv, degenerate, aux, prm_metrics = step_advantages(
-        shaper, kind, state.aux, traj, returns, hp, k_perm, state.update, state.params)
+        shaper, kind, aux, traj, returns, hp, k_perm, state.update, state.params)
+    step_adv, aux, hook_metrics = hooks.advantages(aux, hooks_lib.EstimatorInput(
+        traj, hooks_lib.Signal(traj.rewards, scores=returns), None, step_adv,
+        state.params, hp, k_perm))
+    if hooks.names:   # steps taken: the rollout's (a tree's own count) and the hooks'
+      hook_metrics = {**hook_metrics, "env_steps": rollout_metrics.get(
+          "env_steps", jnp.sum(valid).astype(jnp.float32)) + hook_metrics.get(
+              "env_steps", 0.0)}
+    prm_metrics = {**prm_metrics, **hook_metrics}
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "advantages": step_adv, "valid": valid}
     lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
@@ -216,7 +232,8 @@ def make_train(config) -> train_lib.Train:
   return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={**{k: config[k] for k in HPARAMS},
-                       **(shaper.hparams if shaper is not None else {})}, num_updates=n_updates,
+                       **(shaper.hparams if shaper is not None else {}),
+                       **step_credit.hparams(config)}, num_updates=n_updates,
       env_steps_per_update=num_tasks * group * horizon,
       headline=(("success",) if with_success else ("return",)) + ("degenerate_frac",))
 

@@ -40,13 +40,17 @@ import jax.numpy as jnp
 import ml_collections
 
 from credit_jax import returns
-from credit_jax.addons import curriculum, prm
+from credit_jax.addons import curriculum, hooks as hooks_lib, prm, step_credit
 from credit_jax import nets, rollout
 from credit_jax.algos import train as train_lib, losses, ppo_critics, ppo_sequence
 from credit_jax import episodes
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
 NETWORK_KINDS = ("mlp", "gru", "transformer")
+# Hooks (credit_jax/addons/hooks.py) this recipe takes: VinePPO's Monte-Carlo advantages
+# (credit_jax/addons/step_credit.py).
+HOOKS = ("vine",)
+RECIPE = hooks_lib.Recipe("ppo", HOOKS, rollout=hooks_lib.CONTINUING, critic=True)
 
 
 def network_kind(config) -> str:
@@ -116,6 +120,10 @@ def validate_fields(config) -> None:
     ppo_sequence.validate_config(config)
   ppo_critics.validate_fields(config)
   curriculum.validate_ppo(config)   # curriculum hook (credit_jax/addons/curriculum.py)
+  step_credit.check(config, RECIPE)
+  req(not (step_credit.enabled(config) and ppo_critics.separate_critic(config)),
+      "network.critic_kind", "the vine hook runs with PPO's own value head only: set "
+      "network.critic_kind='same' and network.critic_oracle=False")
   prm_on = config.get("prm") is not None and bool(config.prm.get("enabled", False))
   if config.get("prm") is not None:   # optional PRM shaping (credit_jax/addons/prm.py)
     prm.validate_config(config.prm, req)
@@ -212,9 +220,12 @@ def make_train(config) -> train_lib.Train:
   cur_on = curriculum.enabled(config)
   env, env_params = (curriculum.make_env(config) if cur_on else train_lib.make_env(config))
   cur = curriculum.Curriculum(config, env_params) if cur_on else None
+  env, env_params = step_credit.wrap_env(config, env, env_params)
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=True)
   # The rollout samples actions only; values come from one pass after it.
   policy_fn = nets.make_policy_fn(network, value=False)
+  hooks = step_credit.bind(config, RECIPE, env, env_params, policy_fn,
+                           int(config.num_envs))
   n_updates = num_updates(config)
   num_envs, num_steps = int(config.num_envs), int(config.num_steps)
   batch = num_envs * num_steps
@@ -271,6 +282,13 @@ def make_train(config) -> train_lib.Train:
     advantages, values = advantages_with_boundaries(
         lambda o: network.apply(params, o)[1], gae_traj, obs, hp["gamma"],
         hp["gae_lambda"], gae_method, max_truncations)
+    advantages, _, hook_metrics = hooks.advantages({}, hooks_lib.EstimatorInput(
+        traj, hooks_lib.Signal(gae_traj.rewards), values, advantages, params, hp,
+        k_perm))
+    if hooks.names:   # steps taken: the rollout's and the hooks' (vines)
+      hook_metrics = {**hook_metrics, "env_steps": jnp.float32(batch) + hook_metrics.get(
+          "env_steps", 0.0)}
+    prm_metrics = {**prm_metrics, **hook_metrics}
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "values": values, "advantages": advantages, "targets": advantages + values}
     data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:]), data)
@@ -306,6 +324,7 @@ def make_train(config) -> train_lib.Train:
   return ppo_critics.with_gae_gradient(config, train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={**{k: config[k] for k in HPARAMS},
-                       **(shaper.hparams if shaper is not None else {})},
+                       **(shaper.hparams if shaper is not None else {}),
+                       **step_credit.hparams(config)},
       num_updates=n_updates, env_steps_per_update=batch,
       headline=("success", "return") if with_success else ("return", "entropy")))
