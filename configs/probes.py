@@ -6,7 +6,7 @@ Variants: "full" (the default, `probes.default_config()`: GRPO K = 8 and PPO lam
 0.95 at T = 100 and 1000 on KeyChain with each shortcut switch alone, all together and
 none, and on LinearKeyToDoor at L = 103; 5 seeds, 1.28M env steps per seed and cell;
 docs/results/probes.md reports it), "smoke" (two tiny cells, a few seconds: what the
-tests run). Every field is documented in credit_jax/experiments/probes.py.
+tests run). Every field is documented in credit_jax/experiments/probes/study.py.
 """
 from credit_jax.experiments import probes
 

@@ -1,4 +1,4 @@
-"""Runs the probes measurement (credit_jax/experiments/probes.py); see configs/probes.py.
+"""Runs the probes measurement (credit_jax/experiments/probes/study.py); see configs/probes.py.
 
   python3 scripts/probes.py --config=configs/probes.py --workdir=runs/probes
 """

@@ -34,6 +34,7 @@ EXPERIMENTS = {
     "horizon_study": "credit_jax.experiments.horizon",
     "horizon_remedies": "credit_jax.experiments.horizon.remedies",
     "bsuite": "credit_jax.experiments.bsuite",
+    "probes": "credit_jax.experiments.probes",
     "token_study": "credit_jax.experiments.token_study",
 }
 

@@ -1,6 +1,6 @@
 """Random and optimal success against the horizon for every probe and switch.
 
-  python3 -m credit_jax.experiments.probes_figure docs/figures/probes_random_optimal.png
+  python3 -m credit_jax.experiments.probes.figure docs/figures/probes_random_optimal.png
 
 Three panels: KeyChain (k = 3, A = 4) with each shortcut switch alone, all together and
 none; LinearKeyToDoor; KeyToDoor with its phase options. Random success is exact
@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from credit_jax import envs
-from credit_jax.experiments import probes, report
+from credit_jax.experiments import report
+from credit_jax.experiments.probes import study as probes
 
 HORIZONS = (10, 30, 100, 300, 1000, 3000, 10_000)
 SIMULATED = (10, 100, 1000)   # where the oracle policy is run

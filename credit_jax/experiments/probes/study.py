@@ -41,9 +41,13 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from credit_jax import networks, rollout
-from credit_jax.algos import ConfigError, common, grpo, make_train, ppo
+from credit_jax import nets, rollout
+from credit_jax.algos import ConfigError, grpo, make_train, ppo, train as train_lib
 from credit_jax.experiments import report
+
+__all__ = ["EXTRA_SETTINGS", "METHODS", "SETTINGS", "SWITCH_NAMES", "budget_updates",
+           "cell_env", "cells", "default_config", "evaluate", "markdown", "method_config",
+           "num_seeds", "run", "switch_kwargs", "train_cell", "validate_config"]
 
 METHODS = ("grpo_k8", "ppo_l1", "ppo_l0.95")
 SWITCH_NAMES = ("pivotal_flag", "distractor_cues", "distinct_rules", "cues_at_start",
@@ -100,7 +104,7 @@ def validate_config(config) -> None:
       raise ConfigError(f"config.budget_env_steps: {config.budget_env_steps} is less "
                         f"than one update of cell {name}")
     try:
-      _ = common.make_env(method_config(config, name.split("/")[-1], *cell_env(
+      _ = train_lib.make_env(method_config(config, name.split("/")[-1], *cell_env(
           config, name), horizon))
     except (ValueError, ConfigError) as e:
       raise ConfigError(f"config: cell {name}: {e}") from e
@@ -187,15 +191,15 @@ def evaluate(cfg, params, episodes: int, key) -> Dict[str, np.ndarray]:
   Returns: {"success", "greedy_success", "episodes"} as [S] ints, and for the corridor
     "apples" and "apples_available" ([S] ints, sampled policy).
   """
-  env, env_params = common.make_env(cfg)
-  network, _ = common.make_network(cfg, env, env_params, value_head=cfg.algo == "ppo")
-  sampled = networks.make_policy_fn(network, value=False)
+  env, env_params = train_lib.make_env(cfg)
+  network, _ = train_lib.make_network(cfg, env, env_params, value_head=cfg.algo == "ppo")
+  sampled = nets.make_policy_fn(network, value=False)
 
   def greedy(p, obs, key):
     del key
     logits, _ = network.apply(p, obs)
     action = jnp.argmax(logits).astype(jnp.int32)
-    return action, networks.categorical_log_prob(logits, action), ()
+    return action, nets.categorical_log_prob(logits, action), ()
   horizon = int(env.horizon)
 
   def one(p, k):
@@ -251,7 +255,7 @@ def train_cell(config, name: str, horizon: int, method: str, log) -> dict:
   wins, total = int(ev["success"].sum()), int(ev["episodes"].sum())
   low, high = report.wilson_interval(wins, total)
   g_low, g_high = report.wilson_interval(int(ev["greedy_success"].sum()), total)
-  env, _ = common.make_env(cfg)
+  env, _ = train_lib.make_env(cfg)
   record = {
       "cell": name, "env_name": env_name, "env_kwargs": env_kwargs, "horizon": horizon,
       "method": method, "seeds": seeds, "updates": updates,
