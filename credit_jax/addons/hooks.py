@@ -1,0 +1,336 @@
+"""Hooks: how a recipe takes on a feature without a branch in its training program.
+
+A feature (a horizon curriculum, PRM reward shaping, retries with critique, the
+GAE-gradient probe; next: step-level and learned credit estimators) is one `Feature`
+object. A recipe lists the names of the features it accepts in its module's `HOOKS`
+tuple and describes itself in a `Recipe`; everything else happens here and in
+`credit_jax/addons/features.py` (the registry of every feature):
+
+  * refusal, in one place (`check`): a feature whose config turns it on but whose name
+    the recipe does not list raises `ConfigError` naming the feature's field
+    (`config.curriculum.kind: the dqn recipe does not take the curriculum hook ...`);
+    an accepted one validates its own fields against the recipe (`Feature.validate`);
+  * the environment: each enabled feature may wrap or replace it (`Feature.wrap_env`),
+    in registry order, before the recipe's own wrappers and the history window;
+  * hparams: a feature's traced hyperparameters (`Feature.hparams`) join the recipe's
+    `train.default_hparams`, so a sweep over them is a vmap too;
+  * the run: `Feature.bind(context)` returns a `Bound` (pure functions the program calls
+    at fixed points of every update) and `Hooks` calls all bound features at once; a
+    recipe's program calls each slot once, whether or not any feature fills it:
+
+      init(key) -> {name: pytree}        entries the feature adds to TrainState.aux
+                                         (it owns those names; the slots below receive
+                                         and return only them, its `carry`)
+      initial_env_params(carry, p)       env params of the episodes reset by `init`
+      env_params(carry, p, update, key)  this update's env params (a curriculum's episode
+                                         length) and a `note` handed back to `observe`
+      shape_rewards(carry, signal, traj, hp, key, update, params)
+                                         the credit signal after shaping (`Signal`:
+                                         per-step rewards, per-episode scores, per-step
+                                         bonus); PRM shaping, RUDDER-style redistribution
+      advantages(carry, EstimatorInput)  an advantage estimator replacing the recipe's
+                                         own (`Feature.estimator = True`, at most one)
+      observe(carry, note, Outcome, metrics)
+                                         after the update: promotion, priorities, metrics
+      measure                            a `Measure`: a statistic of the train state every
+                                         N updates (the GAE-gradient probe), reported as
+                                         metrics by `train_lib.with_measures`
+
+    Each slot's functions return `(..., carry, metrics)`; metrics are `{name: []}` and
+    join the update's metrics; a metric `env_steps` adds to the recipe's `env_steps`
+    (a feature that steps the environment for its own use counts those steps).
+    Keys: the recipe hands `init` one key (`Hooks.init_keys` says whether it needs one)
+    and each update one key `k`; slot `env_params` draws from `fold_in(k, 1)`,
+    `shape_rewards` from `fold_in(k, 2)`, `advantages` from `fold_in(k, 3)`, and the j-th
+    feature (j >= 1) of those filling one slot from `fold_in(slot key, j)`.
+
+Adding an advantage estimator (VinePPO's Monte-Carlo values from restarted states, GiGPO's
+step groups from equal states, tree-structured group rollouts, HCA/COCOA's hindsight
+credit) needs no change to a recipe's program:
+
+  1. Write `credit_jax/addons/<name>.py` with a `Feature` subclass: `name`, `field` (the
+     config field that turns it on, e.g. "vine.enabled"), `estimator = True`,
+     `enabled(config)`, `validate(config, recipe)` (ConfigError naming the field; check
+     `recipe.rollout`: CONTINUING windows, GROUPS or EPISODES), `hparams(config)`.
+  2. If it needs the environment state at every step: `wrap_env` returns a wrapper whose
+     `info` carries the state the step started from (states are pytrees, so restoring
+     one is a gather: `rollout.collect` from those states restarts K rollouts there;
+     equal states across a GRPO group are an equality of leaves).
+  3. `bind(context)` returns a `Bound` whose `advantages(carry, inputs)` gets an
+     `EstimatorInput`: the rollout `traj` (time-major, `info` as the env wrote it), the
+     shaped `signal`, the critic's `values` (None without one), the recipe's own
+     `advantages` (GAE or group advantages, to combine with or to replace), the policy
+     `params` that collected the rollout, `hp` and a `key`; the policy itself is
+     `context.agent.policy()` (`credit_jax/nets/agent.py`). It returns `(advantages
+     [T, B...], carry, metrics)`, its simulated steps as metric `env_steps`.
+     A learned estimator (HCA/COCOA) keeps its model in `init`'s carry and trains it in
+     `observe`; a reward redistribution (RUDDER) fills `shape_rewards` instead.
+  4. Add the feature to `FEATURES` in `credit_jax/addons/features.py` and its name to the
+     `HOOKS` of the recipes that should accept it (PPO: `credit_jax/algos/ppo.py`, GRPO:
+     `credit_jax/algos/grpo.py`), and test it against an independent reference.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+
+import jax
+
+from credit_jax.config import require
+
+Array = jax.Array
+
+# How a recipe's rollout treats episodes (`Recipe.rollout`).
+CONTINUING = "continuing"   # fixed windows of auto-resetting envs, episodes cross updates (PPO)
+GROUPS = "groups"           # K whole episodes per start state, fresh each update (GRPO)
+EPISODES = "episodes"       # one whole episode per environment, fresh each update
+ROLLOUTS = (CONTINUING, GROUPS, EPISODES)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+  """What a recipe tells the features about itself.
+
+  name: the recipe (`config.algo`); accepts: the names of the features it takes (its
+  module's `HOOKS`); rollout: one of `ROLLOUTS`; critic: it learns a value function.
+  """
+  name: str
+  accepts: Tuple[str, ...] = ()
+  rollout: str = EPISODES
+  critic: bool = False
+
+  def __post_init__(self):
+    if self.rollout not in ROLLOUTS:
+      raise ValueError(f"rollout must be one of {ROLLOUTS}, got {self.rollout!r}")
+
+
+class Signal(NamedTuple):
+  """What a recipe computes credit from, shaped by `shape_rewards`."""
+  rewards: Array                  # [T, B...] per-step rewards (what GAE reads)
+  scores: Optional[Array] = None  # [B...] per-episode scores (group advantages), or None
+  bonus: Optional[Array] = None   # [T, B...] per-step credit added to the advantages, or None
+
+
+class Context(NamedTuple):
+  """What `Feature.bind` receives: the recipe's pieces, built once per `make_train`."""
+  config: Any
+  recipe: Recipe
+  env: Any               # the environment the recipe rolls out (wrapped)
+  env_params: Any
+  agent: Any             # the recipe's networks (`credit_jax/nets/agent.py`)
+  batch: int             # environments per rollout (PPO: num_envs; GRPO: num_tasks * K)
+
+
+class EstimatorInput(NamedTuple):
+  """What an advantage estimator (`Bound.advantages`) receives each update."""
+  traj: Any              # Trajectory [T, B...] of this update (info as the env wrote it)
+  signal: Signal         # after shaping
+  values: Optional[Array]   # [T, B...] the critic's values, None without a critic
+  advantages: Array      # [T, B...] the recipe's own advantages of `signal`
+  params: Any            # the policy parameters that collected `traj`
+  hp: Dict[str, Array]
+  key: Array
+
+
+class Outcome(NamedTuple):
+  """What `Bound.observe` sees after an update."""
+  success: Optional[Array]   # [] this update's success rate (None: the env has none)
+  advantages: Array          # [T, B...] the advantages the update trained on
+  traj: Any                  # the update's Trajectory
+
+
+class Measure(NamedTuple):
+  """`fn(state, hp) -> {name: []}` every `every` updates, reported as `prefix + name`."""
+  every: int
+  fn: Callable
+  prefix: str
+
+
+class Bound:
+  """The per-run half of a feature; every slot defaults to doing nothing."""
+  owns: Tuple[str, ...] = ()   # the TrainState.aux entries `init` returns (its carry)
+  init_key = False             # whether `init` draws from its key
+  measure: Optional[Measure] = None
+
+  def init(self, key) -> Dict[str, Any]:
+    del key
+    return {}
+
+  def initial_env_params(self, carry, env_params):
+    del carry
+    return env_params
+
+  def env_params(self, carry, env_params, update, key):
+    del carry, update, key
+    return env_params, None
+
+  def shape_rewards(self, carry, signal: Signal, traj, hp, key, update, params):
+    del traj, hp, key, update, params
+    return signal, carry, {}
+
+  # An estimator overrides this: `(carry, EstimatorInput) -> (advantages, carry, metrics)`.
+  advantages: Optional[Callable] = None
+
+  def observe(self, carry, note, outcome: Outcome, metrics):
+    del note, outcome, metrics
+    return carry, {}
+
+
+class Feature:
+  """A feature a recipe may accept (module doc); subclasses override what they use."""
+  name = ""          # what a recipe lists in HOOKS
+  field = ""         # the config field that turns it on, named when a recipe refuses it
+  estimator = False  # fills the `advantages` slot (at most one enabled per run)
+
+  def enabled(self, config) -> bool:
+    del config
+    return False
+
+  def validate(self, config, recipe: Recipe) -> None:
+    """Raises `ConfigError` naming the first of the feature's fields that cannot run."""
+    del config, recipe
+
+  def wrap_env(self, config, env, env_params):
+    """`(env, env_params)` with the feature's wrapper (or a replacement env)."""
+    del config
+    return env, env_params
+
+  def hparams(self, config) -> Dict[str, float]:
+    del config
+    return {}
+
+  def bind(self, context: Context) -> Bound:
+    del context
+    return Bound()
+
+
+def check(config, recipe: Recipe, features: Sequence[Feature]) -> None:
+  """Refuses what `recipe` does not accept and validates what it does: the one place.
+
+  Raises `ConfigError` naming the field of the first enabled feature the recipe does not
+  list (with the recipes' alternatives in the message), of a second enabled estimator,
+  or the first field an accepted feature's `validate` rejects.
+  """
+  names = [f.name for f in features]
+  unknown = sorted(set(recipe.accepts) - set(names))
+  if unknown:
+    raise ValueError(f"{recipe.name} accepts unknown hooks {unknown}; known: {names}")
+  estimators = []
+  for f in features:
+    if not f.enabled(config):
+      continue
+    accepted = ", ".join(recipe.accepts) or "none"
+    require(f.name in recipe.accepts, f.field,
+            f"the {recipe.name} recipe does not take the {f.name} hook (it takes: "
+            f"{accepted}); turn it off or choose a recipe that takes it")
+    if f.estimator:
+      estimators.append(f)
+      require(len(estimators) == 1, f.field,
+              f"one advantage estimator per run: {estimators[0].field} is already on")
+    f.validate(config, recipe)
+
+
+def _overrides(bound: Bound, slot: str) -> bool:
+  return getattr(type(bound), slot, None) is not getattr(Bound, slot) or (
+      slot == "advantages" and bound.advantages is not None)
+
+
+def _slot_keys(key, bound, slot):
+  """The slot key for each feature filling `slot`: the key itself for the first,
+  `fold_in(key, j)` for the j-th."""
+  keys, j = [], 0
+  for b in bound:
+    if _overrides(b, slot):
+      keys.append(key if j == 0 else jax.random.fold_in(key, j))
+      j += 1
+    else:
+      keys.append(None)
+  return keys
+
+
+def merge_metrics(metrics: Dict[str, Array], new: Dict[str, Array]) -> Dict[str, Array]:
+  """`metrics` updated with `new`; `env_steps` in both adds up (module doc)."""
+  out = dict(metrics)
+  for k, v in new.items():
+    out[k] = out[k] + v if k == "env_steps" and k in out else v
+  return out
+
+
+class Hooks:
+  """Every bound feature of a run, called slot by slot (module doc)."""
+
+  def __init__(self, bound: Sequence[Tuple[str, Bound]] = ()):
+    self.names = tuple(n for n, _ in bound)
+    self.bound = tuple(b for _, b in bound)
+    owned = [n for b in self.bound for n in b.owns]
+    if len(owned) != len(set(owned)):
+      raise ValueError(f"two hooks claim one aux entry: {sorted(owned)}")
+    self.measures = tuple(b.measure for b in self.bound if b.measure is not None)
+
+  @property
+  def init_keys(self) -> int:
+    """1 when a feature draws from its init key, else 0 (`init` then takes none)."""
+    return int(any(b.init_key for b in self.bound))
+
+  def init(self, key=None) -> Dict[str, Any]:
+    """Every feature's aux entries (each exactly the names its `owns` declares)."""
+    aux, j = {}, 0
+    for i, b in enumerate(self.bound):
+      k = None
+      if b.init_key:
+        k = key if j == 0 else jax.random.fold_in(key, j)
+        j += 1
+      entries = b.init(k)
+      if set(entries) != set(b.owns):
+        raise ValueError(f"hook {self.names[i]!r} declares aux entries {b.owns}, its "
+                         f"init returned {sorted(entries)}")
+      aux.update(entries)
+    return aux
+
+  def _carry(self, aux, i):
+    return {k: aux[k] for k in self.bound[i].owns}
+
+  def initial_env_params(self, aux, env_params):
+    for i, b in enumerate(self.bound):
+      env_params = b.initial_env_params(self._carry(aux, i), env_params)
+    return env_params
+
+  def env_params(self, aux, env_params, update, key):
+    """`(env_params, notes)`: this update's env params and each feature's note."""
+    notes = []
+    for i, (b, k) in enumerate(zip(self.bound, _slot_keys(jax.random.fold_in(key, 1),
+                                                           self.bound, "env_params"))):
+      env_params, note = b.env_params(self._carry(aux, i), env_params, update, k)
+      notes.append(note)
+    return env_params, tuple(notes)
+
+  def shape_rewards(self, aux, signal, traj, hp, key, update, params):
+    """`(signal, aux, metrics)` after every feature's shaping, in order."""
+    aux, metrics = dict(aux), {}
+    keys = _slot_keys(jax.random.fold_in(key, 2), self.bound, "shape_rewards")
+    for i, (b, k) in enumerate(zip(self.bound, keys)):
+      if k is None:
+        continue
+      signal, carry, m = b.shape_rewards(self._carry(aux, i), signal, traj, hp, k, update,
+                                         params)
+      aux.update(carry)
+      metrics = merge_metrics(metrics, m)
+    return signal, aux, metrics
+
+  def advantages(self, aux, inputs: EstimatorInput):
+    """`(advantages, aux, metrics)`: the estimator's, or `inputs.advantages` unchanged."""
+    for i, b in enumerate(self.bound):
+      if b.advantages is not None:
+        adv, carry, m = b.advantages(self._carry(aux, i), inputs._replace(
+            key=jax.random.fold_in(inputs.key, 3)))
+        return adv, {**aux, **carry}, m
+    return inputs.advantages, aux, {}
+
+  def observe(self, aux, notes, outcome: Outcome, metrics):
+    """`(aux, metrics)` after every feature has seen the update."""
+    aux = dict(aux)
+    for i, b in enumerate(self.bound):
+      carry, m = b.observe(self._carry(aux, i), notes[i], outcome, metrics)
+      aux.update(carry)
+      metrics = merge_metrics(metrics, m)
+    return aux, metrics
