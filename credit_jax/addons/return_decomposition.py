@@ -44,7 +44,7 @@ Array = jax.Array
 
 __all__ = ["episode_returns", "episode_starts", "episode_tokens", "lessons_add",
            "lessons_init", "lessons_sample", "prediction_loss", "redistribute",
-           "segment_cumsum", "trajectory_tokens", "whole_episodes"]
+           "segment_cumsum", "trajectory_tokens", "whole_episodes", "window_of"]
 
 
 def _check_tm(name: str, x: Any, shape: Tuple[int, ...]) -> None:
@@ -191,6 +191,16 @@ def trajectory_tokens(traj: Trajectory, num_actions: int, with_reward: bool = Tr
   return episode_tokens(traj.obs, traj.actions, traj.rewards, num_actions, with_reward)
 
 
+def window_of(x: Array, steps: int) -> Array:
+  """The inverse of `whole_episodes`: `[T, m B, ...] -> [m T, B, ...]` for `steps = m T`."""
+  horizon = np.shape(x)[0]
+  if int(steps) % horizon:
+    raise ValueError(f"steps = {steps} is not a multiple of the episode length {horizon}")
+  m = int(steps) // horizon
+  x = jnp.reshape(x, (horizon, m, -1) + tuple(np.shape(x)[2:]))
+  return jnp.reshape(jnp.swapaxes(x, 0, 1), (int(steps), -1) + tuple(np.shape(x)[3:]))
+
+
 def whole_episodes(x: Array, horizon: int) -> Array:
   """`[m T, B, ...] -> [T, m B, ...]`: a window of m fixed-length episodes per column
   (a continuing rollout whose episodes all last `horizon` steps and start with the
@@ -220,7 +230,7 @@ def lessons_init(horizon: int, token_dim: int, capacity: int) -> replay.ReplaySt
 
 
 def lessons_add(buffer: replay.ReplayState, tokens: Array, valid: Array, ret: Array,
-                stamp: Array) -> replay.ReplayState:
+                stamp: Array, offered: Array = None) -> replay.ReplayState:
   """The buffer after offering it a batch of whole episodes.
 
   Of the stored and the offered episodes it keeps the `capacity // 2` highest returns
@@ -231,6 +241,8 @@ def lessons_add(buffer: replay.ReplayState, tokens: Array, valid: Array, ret: Ar
     buffer: from `lessons_init`.
     tokens: [T, N, D] tokens of N whole episodes (time-major, one per column).
     valid: [T, N] bool; ret: [N] float episode returns; stamp: [] int.
+    offered: optional [N] bool, the episodes to offer (default all; e.g. those that
+      ended inside the window).
   """
   cap = buffer.capacity
   t, n = np.shape(valid)
@@ -242,7 +254,8 @@ def lessons_add(buffer: replay.ReplayState, tokens: Array, valid: Array, ret: Ar
          "ret": jnp.asarray(ret, jnp.float32),
          "stamp": jnp.full((n,), stamp, jnp.int32)}
   pool = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), buffer.data, new)
-  exists = jnp.concatenate([jnp.arange(cap) < buffer.size, jnp.ones((n,), bool)])
+  offered = jnp.ones((n,), bool) if offered is None else jnp.asarray(offered, bool)
+  exists = jnp.concatenate([jnp.arange(cap) < buffer.size, offered])
   big = jnp.float32(np.finfo(np.float32).max)
   high_key = jnp.where(exists, -pool["ret"], big)
   high = jnp.lexsort((-pool["stamp"], high_key))[:cap // 2]
