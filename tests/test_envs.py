@@ -380,7 +380,9 @@ def test_make_passes_gymnax_ids_through():
   assert "KeyChain-v0" in envs.registered_envs()
   static, fields = envs.overrides_of("KeyChain-v0")
   assert set(static) == {"horizon", "num_pivotal", "num_actions", "cue_delay",
-                         "positions"}
+                         "positions", "pivotal_flag", "distractor_cues", "distinct_rules",
+                         "cues_at_start", "pivotal_density", "distractor_reward_std",
+                         "rule_seed"}
   assert fields == ("max_steps_in_episode",)
 
 

@@ -28,6 +28,7 @@ from credit_jax.envs.goal import GoalEnvMixin
 from credit_jax.envs.goalgrid import GoalGrid
 from credit_jax.envs.keychain import KeyChain
 from credit_jax.envs.keytodoor import KeyToDoor
+from credit_jax.envs.linear_keytodoor import LinearKeyToDoor
 from credit_jax.envs.runningsum import RunningSum
 from credit_jax.envs.textedit import TextEdit
 from credit_jax.envs.wrappers import DesiredGoalWrapper, HistoryState, HistoryWrapper
@@ -39,6 +40,7 @@ _REGISTRY: Dict[str, type] = {
     "TextEdit-v0": TextEdit,
     "RunningSum-v0": RunningSum,
     "KeyToDoor-v0": KeyToDoor,
+    "LinearKeyToDoor-v0": LinearKeyToDoor,
 }
 
 
@@ -69,7 +71,7 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 
   Args:
     name: a credit_jax id (`KeyChain-v0`, `BitFlip-v0`, `GoalGrid-v0`, `TextEdit-v0`,
-      `KeyToDoor-v0`)
+      `KeyToDoor-v0`, `LinearKeyToDoor-v0`)
       or any gymnax id (`CartPole-v1`, ...).
     **overrides: constructor options and/or params fields (see `overrides_of`).
   Raises:
@@ -101,6 +103,6 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 
 __all__ = [
     "BitFlip", "CreditEnv", "DesiredGoalWrapper", "GoalEnvMixin", "GoalGrid",
-    "HistoryState", "HistoryWrapper", "KeyChain", "KeyToDoor", "RunningSum", "TextEdit",
-    "make", "overrides_of", "registered_envs",
+    "HistoryState", "HistoryWrapper", "KeyChain", "KeyToDoor", "LinearKeyToDoor",
+    "RunningSum", "TextEdit", "make", "overrides_of", "registered_envs",
 ]

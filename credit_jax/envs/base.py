@@ -105,6 +105,24 @@ def check_int(name: str, value: Any, *, minimum: int | None = None,
   return value
 
 
+def check_bool(name: str, value: Any) -> bool:
+  """`value` as a Python bool, or ValueError naming `name` (0/1 ints are refused too)."""
+  if not isinstance(value, (bool, np.bool_)):
+    raise ValueError(f"{name} must be True or False, got {value!r}")
+  return bool(value)
+
+
+def check_nonnegative(name: str, value: Any) -> float:
+  """`value` as a finite Python float >= 0, or ValueError naming `name`."""
+  if isinstance(value, (bool, np.bool_)) or not isinstance(
+      value, (int, float, np.integer, np.floating)):
+    raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+  value = float(value)
+  if not (np.isfinite(value) and value >= 0.0):
+    raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+  return value
+
+
 def check_param_range(name: str, value: Any, low: float,
                       high: float = float("inf"), *, integral: bool = False) -> None:
   """Raises ValueError naming `name` unless concrete `value` (any shape) is in [low, high].

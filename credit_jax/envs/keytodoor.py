@@ -32,6 +32,23 @@ fetch the key, later walk to the door.
 info: "pivotal" (bool, the key was picked up this step), "success" (bool, the door was
 opened), "has_key" (bool, after the step), "phase" (int32, phase of the step taken: 0, 1,
 2), "apple_reward" (float32, the distractor reward of the step).
+
+Dependencies that grow with L (static options; their defaults keep the layout above):
+
+| option (default)              | the shortcut it removes                                  |
+|-------------------------------|----------------------------------------------------------|
+| `phase_growth=g` (0.0)        | key and door phases of fixed length: they last           |
+|                               | `key_phase + floor(g L)` and `door_phase + floor(g L)`   |
+|                               | steps, so exploring and returning scale with the episode |
+| `carry_position=True` (False) | the reset to the centre at each phase: the agent starts  |
+|                               | each phase where the last one left it, so the distractor |
+|                               | phase's moves decide how far the door is                 |
+Apples are the distractor variance: `apple_reward` (their mean; 0 turns them off) and
+`apple_noise` (the standard deviation around it). Longer phases make a random walk likelier
+to find the key and the door in a small room; `room_size` is the dial that keeps it hard.
+`random_success(params)` and `optimal_success(params)` give both rates exactly, by
+dynamic programming over (cell, key held) for every key cell; the horizon to roll out is
+`max_episode_length`.
 """
 from __future__ import annotations
 
@@ -43,7 +60,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment
 
-from credit_jax.envs import base
+from credit_jax.envs import base, hashing, keytodoor_dp
 
 NEVER = -(1 << 20)   # eaten_at of an apple never eaten
 DOOR_CELL = 0        # the door is the top-left cell
@@ -74,16 +91,10 @@ class KeyToDoorParams(environment.EnvParams):
 def noise_unit(seed, t):
   """Unit-variance uniform noise of (seed: uint32, t: int32), same shapes broadcast.
 
-  A murmur3 finaliser of `seed ^ (t * 0x9E3779B9)`; the top 24 bits give u in [0, 1),
-  mapped to `(2u - 1) sqrt(3)`. Cheap (no bit generator in the step) and reproducible.
+  The top 24 bits of `hashing.mix32(seed, t)` give u in [0, 1), mapped to
+  `(2u - 1) sqrt(3)`. Cheap (no bit generator in the step) and reproducible.
   """
-  x = jnp.asarray(seed, jnp.uint32) ^ (jnp.asarray(t, jnp.uint32) * jnp.uint32(0x9E3779B9))
-  x = x ^ (x >> 16)
-  x = x * jnp.uint32(0x85EBCA6B)
-  x = x ^ (x >> 13)
-  x = x * jnp.uint32(0xC2B2AE35)
-  x = x ^ (x >> 16)
-  u = (x >> 8).astype(jnp.float32) / float(1 << 24)
+  u = (hashing.mix32(seed, t) >> 8).astype(jnp.float32) / float(1 << 24)
   return (2.0 * u - 1.0) * np.float32(np.sqrt(3.0))
 
 
@@ -93,12 +104,15 @@ class KeyToDoor(base.CreditEnv):
   deterministic_transitions = True  # step_env ignores its key; the noise is per episode
 
   def __init__(self, room_size: int = 3, key_phase: int = 4, door_phase: int = 4,
-               max_distractor: int = 30):
+               max_distractor: int = 30, phase_growth: float = 0.0,
+               carry_position: bool = False):
     super().__init__()
     self.room_size = base.check_int("room_size", room_size, minimum=2, maximum=15)
     self.key_phase = base.check_int("key_phase", key_phase, minimum=1)
     self.door_phase = base.check_int("door_phase", door_phase, minimum=1)
     self.max_distractor = base.check_int("max_distractor", max_distractor, minimum=0)
+    self.phase_growth = base.check_nonnegative("phase_growth", phase_growth)
+    self.carry_position = base.check_bool("carry_position", carry_position)
     w = self.room_size
     self.num_cells = w * w
     self.start_cell = (w // 2) * w + w // 2
@@ -123,7 +137,19 @@ class KeyToDoor(base.CreditEnv):
   @property
   def max_episode_length(self) -> int:
     """Steps of the longest episode (L = max_distractor): the rollout horizon to use."""
-    return self.key_phase + self.max_distractor + self.door_phase
+    first, last = self.phase_lengths(self.max_distractor)
+    return int(first) + self.max_distractor + int(last)
+
+  def phase_lengths(self, distractor_length):
+    """(key phase, door phase) lengths at distractor length L: the static `key_phase`
+    and `door_phase`, each plus `floor(phase_growth * L)` (ints for a Python L and no
+    growth, else [] int32; the product is rounded to 4 decimals before the floor)."""
+    if self.phase_growth == 0.0:
+      return self.key_phase, self.door_phase
+    grown = jnp.floor(jnp.round(np.float32(self.phase_growth)
+                                * jnp.asarray(distractor_length, jnp.float32), 4))
+    grown = grown.astype(jnp.int32)
+    return self.key_phase + grown, self.door_phase + grown
 
   @property
   def default_params(self) -> KeyToDoorParams:
@@ -153,8 +179,9 @@ class KeyToDoor(base.CreditEnv):
   def phase_of(self, t: jax.Array, params: KeyToDoorParams) -> jax.Array:
     """[] int32: the phase (0 key, 1 distractor, 2 door) of step index `t`."""
     t = jnp.asarray(t, jnp.int32)
-    return ((t >= self.key_phase).astype(jnp.int32)
-            + (t >= self.key_phase + params.distractor_length).astype(jnp.int32))
+    first, _ = self.phase_lengths(params.distractor_length)
+    return ((t >= first).astype(jnp.int32)
+            + (t >= first + params.distractor_length).astype(jnp.int32))
 
   def step_env(self, key: jax.Array, state: KeyToDoorState, action: Any,
                params: KeyToDoorParams
@@ -173,9 +200,10 @@ class KeyToDoor(base.CreditEnv):
     opened = (phase == 2) & (new_pos == DOOR_CELL) & has_key
     reward = (apple_r + jnp.where(opened, params.door_reward, 0.0)).astype(jnp.float32)
     t1 = t + 1
-    phase_change = (t1 == self.key_phase) | (t1 == self.key_phase
-                                             + params.distractor_length)
-    new_pos = jnp.where(phase_change, self.start_cell, new_pos).astype(jnp.int32)
+    if not self.carry_position:
+      first, _ = self.phase_lengths(params.distractor_length)
+      phase_change = (t1 == first) | (t1 == first + params.distractor_length)
+      new_pos = jnp.where(phase_change, self.start_cell, new_pos).astype(jnp.int32)
     state = state.replace(time=t1, pos=new_pos, has_key=has_key, door_open=opened,
                           eaten_at=eaten_at)
     info = {"pivotal": picked, "success": opened, "has_key": has_key,
@@ -184,7 +212,8 @@ class KeyToDoor(base.CreditEnv):
             self.is_terminated(state, params), info)
 
   def is_terminated(self, state: KeyToDoorState, params: KeyToDoorParams) -> jax.Array:
-    end = self.key_phase + params.distractor_length + self.door_phase
+    first, last = self.phase_lengths(params.distractor_length)
+    end = first + params.distractor_length + last
     return state.door_open | (state.time >= end)
 
   def get_obs(self, state: KeyToDoorState, params: Any = None, key: Any = None
@@ -201,3 +230,16 @@ class KeyToDoor(base.CreditEnv):
     return jnp.concatenate([(cells == state.pos).astype(jnp.float32),
                             objects.astype(jnp.float32),
                             (jnp.arange(3) == phase).astype(jnp.float32)])
+
+  def random_success(self, params: KeyToDoorParams | None = None) -> float:
+    """Exact success probability of the uniform random policy (host float, by dynamic
+    programming over cells and the key for each of the equally likely key cells; the
+    key cell's multiply-shift draw is uniform up to 2**-16)."""
+    return keytodoor_dp.success(self, self.default_params if params is None else params,
+                                optimal=False)
+
+  def optimal_success(self, params: KeyToDoorParams | None = None) -> float:
+    """Success probability of the best policy (one that sees the key's cell): the share
+    of key cells from which the key, then the door, can be reached in time."""
+    return keytodoor_dp.success(self, self.default_params if params is None else params,
+                                optimal=True)
