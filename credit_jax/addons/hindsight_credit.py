@@ -1,7 +1,9 @@
 """HCA and COCOA as hooks: a hindsight model trained online beside the policy, its credit
 in place of the recipe's advantages (the `advantages` estimator slot).
 
-`config.hca` / `config.cocoa` (`add_config`): `enabled`; the model (`hidden_sizes`);
+`config.hca` / `config.cocoa` (`add_config`): `enabled`; the model (`hidden_sizes`,
+`policy_prior`: h's logits are the policy's log-probabilities plus the network's output,
+`Hindsight.hindsight_logits` says why);
 its training (`lr`, traced as `hca_lr` / `cocoa_lr`; `train_steps` full-batch Adam
 steps per update); HCA's `z_scale` (the return-to-go is fed to the model times this);
 COCOA's `reward_values` (the nonzero rewards the environment pays, one outcome class
@@ -59,6 +61,7 @@ def add_config(c: ml_collections.ConfigDict, kind: str, **overrides
   h.hidden_sizes = (64, 64)   # the hindsight model's MLP
   h.lr = 3e-3                 # its Adam step size (traced: <kind>_lr)
   h.train_steps = 4           # its full-batch steps per update
+  h.policy_prior = True       # h's logits = log pi + the network's (Bayes' rule)
   if kind == "hca":
     h.z_scale = 1.0           # the return-to-go enters the model times this
   else:
@@ -89,8 +92,9 @@ class Hindsight:
   """The hindsight model of one kind (module doc) as pure functions.
 
   `init(key) -> carry`; `credit(params, logits [T, B, A], traj, gamma) -> (credit,
-  extras)`; `train(carry, traj, gamma, lr, key) -> (carry, loss)`; `step(carry, logits,
-  traj, gamma, lr, key) -> (credit, carry, metrics)`.
+  extras)`; `train(carry, traj, gamma, lr, key, logits) -> (carry, loss)`;
+  `step(carry, logits, traj, gamma, lr, key) -> (credit, carry, metrics)`; `logits` are
+  the policy's at the batch's observations.
   """
 
   def __init__(self, kind: str, cfg, num_actions: int, obs_size: int,
@@ -103,6 +107,7 @@ class Hindsight:
       raise ValueError("COCOA needs the environment's nonzero reward values")
     self.outcome_size = 1 if kind == "hca" else len(self.values)
     self.z_scale = float(cfg.get("z_scale", 1.0))
+    self.policy_prior = bool(cfg.get("policy_prior", True))
     self.net = HindsightModel(self.num_actions, tuple(cfg.hidden_sizes))
     self.tx = optax.scale_by_adam()
     self.train_steps = int(cfg.train_steps)
@@ -121,22 +126,34 @@ class Hindsight:
     return returns.discounted_returns(rewards, jnp.asarray(gamma, jnp.float32),
                                       terminated=traj.dones & traj.valid)
 
-  def hindsight_logits(self, params, traj, gamma) -> Array:
-    """HCA: [T, B, A] logits of h(. | o_t, Z_t); COCOA: [T, B, M, A] of h(. | o_t, m)."""
+  def hindsight_logits(self, params, traj, gamma, pi_logits: Array) -> Array:
+    """HCA: [T, B, A] logits of h(. | o_t, Z_t); COCOA: [T, B, M, A] of h(. | o_t, m).
+
+    With `policy_prior` (the default) the network's output is added to the policy's
+    log-probabilities `pi_logits [T, B, A]` (held constant): Bayes' rule, `log h(a | o, u)
+    = log pi(a | o) + log P(u | o, a) - log P(u | o)`, so the network learns only how
+    the outcome's likelihood depends on the action. An outcome the action does not
+    influence then gives `h = pi` (no credit) however the policy has moved since the
+    model last trained; a plain classifier lags the policy instead, and its lag times
+    every unrelated reward (a corridor's apples) becomes credit.
+    """
     obs = self._obs(traj)
+    prior = jax.lax.stop_gradient(jax.nn.log_softmax(pi_logits, axis=-1))
     if self.kind == "hca":
       z = self._z(traj, gamma)[..., None] * self.z_scale
-      return self.net.apply(params, obs, z)
+      out = self.net.apply(params, obs, z)
+      return out + prior if self.policy_prior else out
     m = self.outcome_size
     obs_m = jnp.broadcast_to(obs[:, :, None], obs.shape[:2] + (m, obs.shape[-1]))
     hot = jnp.broadcast_to(jnp.eye(m, dtype=jnp.float32), obs.shape[:2] + (m, m))
-    return self.net.apply(params, obs_m, hot)
+    out = self.net.apply(params, obs_m, hot)
+    return out + prior[:, :, None] if self.policy_prior else out
 
   def _classes(self, traj):
     return cb.reward_classes(jnp.where(traj.valid, traj.rewards, 0.0), self.values)
 
-  def loss(self, params, traj, gamma) -> Array:
-    logits = self.hindsight_logits(params, traj, gamma)
+  def loss(self, params, traj, gamma, pi_logits) -> Array:
+    logits = self.hindsight_logits(params, traj, gamma, pi_logits)
     if self.kind == "hca":
       return cb.hca_loss(logits, traj.actions, traj.valid)
     _, counts = cb.future_by_class(traj.rewards, self._classes(traj), self.outcome_size,
@@ -146,7 +163,7 @@ class Hindsight:
   def credit(self, params, logits: Array, traj, gamma):
     """HCA: the advantages [T, B]; COCOA: a `CocoaCredit`. Also (mass [T, B], ratio [])."""
     pi = jax.nn.softmax(logits, axis=-1)
-    h = jax.nn.softmax(self.hindsight_logits(params, traj, gamma), axis=-1)
+    h = jax.nn.softmax(self.hindsight_logits(params, traj, gamma, logits), axis=-1)
     if self.kind == "hca":
       take = lambda p: jnp.take_along_axis(p, traj.actions[..., None].astype(jnp.int32),
                                            -1)[..., 0]
@@ -164,14 +181,14 @@ class Hindsight:
         jnp.sum(traj.valid), 1)
     return credit, mass, ratio
 
-  def train(self, carry, traj, gamma, lr, key):
+  def train(self, carry, traj, gamma, lr, key, pi_logits):
     del key   # full-batch steps: nothing to draw
     params, opt_state = carry[self.owns[0]], carry[self.owns[1]]
     grad_fn = jax.value_and_grad(self.loss)
 
     def body(state, _):
       params, opt_state = state
-      loss, grads = grad_fn(params, traj, gamma)
+      loss, grads = grad_fn(params, traj, gamma, pi_logits)
       grads = optax.clip_by_global_norm(1.0).update(grads, optax.EmptyState())[0]
       updates, opt_state = self.tx.update(grads, opt_state, params)
       return (jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state), loss
@@ -182,7 +199,7 @@ class Hindsight:
 
   def step(self, carry, logits, traj, gamma, lr, key):
     credit, mass, ratio = self.credit(carry[self.owns[0]], logits, traj, gamma)
-    carry, loss = self.train(carry, traj, gamma, lr, key)
+    carry, loss = self.train(carry, traj, gamma, lr, key, logits)
     p = self.kind
     metrics = {f"{p}_loss": loss, f"{p}_ratio_mean": ratio}
     pivotal = traj.info.get("pivotal") if isinstance(traj.info, dict) else None
