@@ -59,8 +59,11 @@ def add_config(c: ml_collections.ConfigDict, kind: str, **overrides
   h = ml_collections.ConfigDict()
   h.enabled = True            # the hindsight credit replaces the recipe's advantages
   h.hidden_sizes = (64, 64)   # the hindsight model's MLP
-  h.lr = 3e-3                 # its Adam step size (traced: <kind>_lr)
-  h.train_steps = 4           # its full-batch steps per update
+  # HCA's model sees every step but learns from the rare successful returns; it needs
+  # more and larger steps to keep up with the policy than COCOA's, whose loss weighs
+  # only the steps followed by a reward.
+  h.lr = 1e-2 if kind == "hca" else 3e-3   # its Adam step size (traced: <kind>_lr)
+  h.train_steps = 8 if kind == "hca" else 4   # its full-batch steps per update
   h.policy_prior = True       # h's logits = log pi + the network's (Bayes' rule)
   if kind == "hca":
     h.z_scale = 1.0           # the return-to-go enters the model times this

@@ -33,6 +33,7 @@ EXPERIMENTS = {
     "curriculum": "credit_jax.experiments.curriculum",
     "horizon_study": "credit_jax.experiments.horizon",
     "horizon_remedies": "credit_jax.experiments.horizon.remedies",
+    "learned_credit": "credit_jax.experiments.learned_credit",
 }
 
 
