@@ -8,8 +8,9 @@ Variants:
   "" (the default): what docs/results/learned_credit.md reports: 5 seeds, KeyChain
       (k = 3, A = 4) at T = 100 (60 updates of 32 episodes for every method) and the
       linear key-to-door at L = 103 (200 updates); the gradient part at T = 100 and 1000.
-  "t1000": the learning part at T = 1000 only (the fastest methods: reinforce, cocoa,
-      grpo_k8, ppo_mlp_g1_l0.95), 3 seeds, 20 updates; no gradient part.
+  "t1000": the learning part at KeyChain T = 1000 only, every method, 5 seeds, 30
+      updates of 32 episodes (960k env steps per seed); no gradient part.
+  "probe": the gradient part only (T = 100 and 1000).
   "smoke": seconds; what the tests run.
 Every field is documented in the study's default_config().
 """
@@ -17,15 +18,16 @@ from credit_jax.experiments import learned_credit
 
 
 def get_config(arg=None):
-  """Returns the study config; `arg` picks a variant ("", "t1000", "smoke")."""
+  """Returns the study config; `arg` picks a variant ("", "t1000", "probe", "smoke")."""
   c = learned_credit.default_config()
   if arg in (None, ""):
     pass
   elif arg == "t1000":
-    c.seeds, c.updates = 3, 20
+    c.updates = 30
     c.cells = ("keychain:1000",)
-    c.methods = ("reinforce", "cocoa", "grpo_k8", "ppo_mlp_g1_l0.95")
     c.probe.horizons = ()
+  elif arg == "probe":
+    c.cells = ()
   elif arg == "smoke":
     c.seeds, c.episodes, c.updates, c.eval_episodes, c.lktd_updates = 2, 8, 2, 8, 2
     c.cells = ("keychain:6", "lktd:5")
@@ -33,5 +35,5 @@ def get_config(arg=None):
     c.probe.horizons, c.probe.episodes, c.probe.fit_updates = (6,), 8, 2
     c.probe.fit_episodes = 8
   else:
-    raise ValueError(f"unknown variant {arg!r} (use '', 't1000' or 'smoke')")
+    raise ValueError(f"unknown variant {arg!r} (use '', 't1000', 'probe' or 'smoke')")
   return c

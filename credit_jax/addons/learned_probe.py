@@ -9,6 +9,9 @@ episodes of the actor into N single-episode gradient estimates:
   "rudder":    the same on the redistributed rewards `r'` of a return predictor
                (`rudder.Rudder`; with gamma = 1 that is REINFORCE with the prefix's
                prediction as baseline, unbiased for any predictor);
+  "rudder_r":  `sum_t r'_t grad log pi(a_t|o_t)`: RUDDER's immediate credit alone (what
+               a perfect redistribution makes sufficient; biased otherwise), step 0's
+               `r'` less its batch mean (the expected return, a constant baseline);
   "hca":       `sum_t (1 - pi/h) Z_t grad log pi(a_t|o_t)` with a hindsight model, learned
                (`hindsight_credit.Hindsight`) or exact (`keychain_hindsight`);
   "cocoa":     `sum_t [r_t grad log pi(a_t|o_t) + sum_a C_t(a) grad pi(a|o_t)]`, likewise.
@@ -40,7 +43,7 @@ Array = jax.Array
 __all__ = ["METHODS", "all_action_gradients", "collect", "credit_of", "estimator_stats",
            "exact_credit", "make_policy"]
 
-METHODS = ("reinforce", "rudder", "hca", "cocoa")
+METHODS = ("reinforce", "rudder", "rudder_r", "hca", "cocoa")
 
 
 def make_policy(logits_fn: Callable, num_actions: int) -> PresampledPolicy:
@@ -117,10 +120,12 @@ def credit_of(method: str, traj, logits_fn, actor_params, *, gamma: Any = 1.0,
   g = jnp.asarray(gamma, jnp.float32)
   if method == "reinforce":
     return returns.discounted_returns(rewards, g, terminated=dones)
-  if method == "rudder":
+  if method in ("rudder", "rudder_r"):
     cols = rudder_lib.columns_of(traj, rudder.num_actions, bool(rudder.cfg.with_reward))
     shaped = rd.redistribute(rudder.predict(rudder_params, cols.tokens), cols.rewards,
                              cols.dones, cols.valid)
+    if method == "rudder_r":
+      return jnp.where(traj.valid, shaped.at[0].add(-jnp.mean(shaped[0])), 0.0)
     return returns.discounted_returns(shaped, g, terminated=dones)
   if method in ("hca", "cocoa"):
     if hindsight is None:

@@ -247,12 +247,14 @@ def probe_gradients(horizon: int, config, log: Callable) -> Dict:
   for name, kw in (("reinforce", {}),
                    ("rudder", {"rudder": rd_model,
                                "rudder_params": carries["rudder"]["rudder_params"]}),
+                   ("rudder_r", {"rudder": rd_model,
+                                 "rudder_params": carries["rudder"]["rudder_params"]}),
                    ("hca_exact", {}), ("cocoa_exact", {}),
                    ("hca", {"hindsight": models["hca"],
                             "hindsight_params": carries["hca"]["hca_params"]}),
                    ("cocoa", {"hindsight": models["cocoa"],
                               "hindsight_params": carries["cocoa"]["cocoa_params"]})):
-    method = name.split("_")[0]
+    method = name if name == "rudder_r" else name.split("_")[0]
     credit = learned_probe.credit_of(method, traj, _linear_logits, actor, env=env, **kw)
     s = learned_probe.estimator_stats(env, _linear_logits, actor, traj, credit)
     rows[name] = {k: float(v) for k, v in s.items()}
