@@ -36,6 +36,7 @@ EXPERIMENTS = {
     "bsuite": "credit_jax.experiments.bsuite",
     "probes": "credit_jax.experiments.probes",
     "token_study": "credit_jax.experiments.token_study",
+    "learned_credit": "credit_jax.experiments.learned_credit",
 }
 
 
