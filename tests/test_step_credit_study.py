@@ -29,3 +29,21 @@ def test_budgets_are_equal_and_count_vine_and_branch_steps():
   assert [c[0] for c in step_credit.cells(config)][:2] == ["T100/grpo", "T100/ppo"]
   np.testing.assert_array_equal(sorted({c[1] for c in step_credit.cells(config)}),
                                 [100, 1000])
+
+
+def test_summary_and_figure_are_written_from_cell_records(tmp_path):
+  records = []
+  for horizon, method, updates in ((20, "grpo", 4), (20, "vine", 2), (40, "tree", 3)):
+    records.append({
+        "cell": f"T{horizon}/{method}", "method": method, "horizon": horizon, "seeds": 2,
+        "updates": updates, "env_steps_per_seed": 1000.0 * updates, "success": 0.25,
+        "success_ci": [0.1, 0.5], "success_per_seed": [0.0, 0.5], "seeds_at_90": 0,
+        "seeds_at_90_ci": [0.0, 0.8], "random_success": 1 / 64,
+        "training_success": [0.1 * i for i in range(updates)], "train_wall_s": 1.0,
+        "train_cpu_s": 1.0})
+  lines = study.markdown(records)
+  assert len(lines) == 2 + len(records)
+  assert lines[3].startswith("| 20 | vine | 2 | 2e+03 | 0.250 [0.100, 0.500] | 0.00, 0.50 |")
+  path = study.figure(records, str(tmp_path))
+  with open(path, "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"

@@ -30,8 +30,10 @@ final 0/1 with these switches). A cell's rate pools seeds x episodes with a 95% 
 interval (a floor on the uncertainty: seeds are not draws of one rate), beside the
 per-seed rates and the count of seeds at >= 90% (with its own Wilson interval).
 
-Writes cells/<cell>.json as each cell finishes (a rerun skips them: resumable) and
-summary.md.
+Writes cells/<cell>.json as each cell finishes (a rerun skips them: resumable),
+summary.md and step_credit_training.png (`figure`: each cell's training success against
+its env steps, beside its evaluated success). A rerun with every cell present trains
+nothing and rewrites both from the cells.
 """
 from __future__ import annotations
 
@@ -48,8 +50,9 @@ from credit_jax import envs, nets, rollout, stats, tree_rollouts
 from credit_jax.addons import gigpo, tree_groups, vine_ppo
 from credit_jax.algos import grpo, make_train, ppo
 from credit_jax.algos import train as train_lib
+from credit_jax.experiments import report
 
-__all__ = ["default_config", "cells", "method_config", "run", "METHODS"]
+__all__ = ["default_config", "cells", "method_config", "run", "markdown", "figure", "METHODS"]
 
 METHODS = ("grpo", "ppo", "gigpo", "gigpo_obs", "tree", "vine")
 
@@ -167,6 +170,9 @@ def train_cell(config, name, horizon, method, log=print):
       "seeds_at_90_ci": [s_low, s_high], "random_success": float(env.random_success()),
       "training_success": np.asarray(metrics["success"]).mean(axis=0).tolist(),
       "train_wall_s": train_s, "train_cpu_s": train_cpu}
+  if "vine_env_steps" in metrics:   # the vines' share of env_steps, reported apart
+    record["vine_env_steps_per_seed"] = float(
+        np.asarray(metrics["vine_env_steps"]).sum(axis=1).mean())
   log(f"{name}: {updates} updates, {record['env_steps_per_seed']:.0f} env steps/seed, "
       f"success {record['success']:.3f} [{low:.3f}, {high:.3f}], seeds >= 90%: "
       f"{solved}/{seeds} | {train_s:.0f} s wall, {train_cpu:.0f} s CPU")
@@ -193,7 +199,39 @@ def run(config, workdir, log=print):
   lines = markdown(records)
   with open(os.path.join(workdir, "summary.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
+  figure(records, workdir)
   return {"records": records, "markdown": lines}
+
+
+def figure(records, workdir, name="step_credit_training.png"):
+  """One panel per T: each cell's training success (mean over seeds, trailing mean over a
+  tenth of its updates: the same share of the budget for every method) against env steps
+  per seed (every vine and branch step counted), its evaluated success with the
+  Wilson interval at the end of its budget, and random success (1/A)^k. Returns the path."""
+  horizons = sorted({int(r["horizon"]) for r in records})
+  fig, axes = report.figure(1, len(horizons), figsize=(6.0 * len(horizons), 4.4))
+  for ax, horizon in zip(axes[0], horizons):
+    rows = [r for r in records if int(r["horizon"]) == horizon]
+    for i, r in enumerate(rows):
+      curve = np.asarray(r["training_success"], np.float64)
+      window = max(1, len(curve) // 10)
+      curve = np.convolve(curve, np.ones(window) / window)[:len(curve)]
+      curve[:window - 1] /= np.arange(1, window) / window   # a shorter mean at the start
+      steps = np.arange(1, len(curve) + 1) * r["env_steps_per_seed"] / len(curve)
+      color = f"C{i}"
+      ax.plot(steps, curve, color=color, lw=1.0, alpha=0.8,
+              label=f"{r['method']} ({r['updates']} updates)")
+      low, high = r["success_ci"]
+      ax.errorbar([steps[-1] * (1.0 + 0.012 * (i + 1))], [r["success"]],
+                  yerr=[[r["success"] - low], [high - r["success"]]], color=color,
+                  fmt="o", ms=4, capsize=2)
+    ax.axhline(rows[0]["random_success"], color="k", ls="--", lw=0.8,
+               label="random policy")
+    ax.set_title(f"KeyChain T = {horizon}, {rows[0]['seeds']} seeds")
+    ax.set_xlabel("env steps per seed (vine and branch steps counted)")
+    ax.set_ylabel("training success (trailing mean); points: evaluated")
+    ax.legend(fontsize=7)
+  return report.save_figure(fig, workdir, name)
 
 
 def markdown(records):
