@@ -248,5 +248,5 @@ def make_train(config) -> train_lib.Train:
   return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
-      env_steps_per_update=num_envs * horizon,
+      env_steps_per_update=num_envs * train_lib.episode_steps(config, env_params),
       headline=("success", "return") if with_success else ("return",))

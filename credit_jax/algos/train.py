@@ -156,12 +156,55 @@ def _validate_env(config) -> None:
             f"per attempt); set horizon >= {episode}")
 
 
+# Recipes whose `config.horizon` is the rollout length of whole episodes (every episode of
+# an update starts at step 0 and the loss sees its return).
+EPISODIC = ("grpo", "reinforce", "grpo_hindsight", "search_then_train")
+
+
+def episode_limit(env_params) -> Optional[int]:
+  """The environment's time limit (`max_steps_in_episode`, through wrappers' `inner`
+  params), or None when it has none."""
+  while env_params is not None:
+    limit = getattr(env_params, "max_steps_in_episode", None)
+    if limit is not None:
+      return int(limit)
+    env_params = getattr(env_params, "inner", None)
+  return None
+
+
+def episode_steps(config, env_params) -> int:
+  """Env steps one episode of an episodic recipe's rollout can take: `config.horizon`,
+  or the environment's time limit where that is shorter (the rollout's later steps are
+  padding after the episode's end, not env steps)."""
+  limit = episode_limit(env_params)
+  horizon = int(config.horizon)
+  return horizon if limit is None else min(horizon, limit)
+
+
+def _check_rollout_horizon(config, env, env_params) -> None:
+  # A rollout shorter than the episode cuts it before its end: on a terminal-reward task
+  # (KeyChain pays at the last step) every update would then see return 0 and train on
+  # nothing, without a word.
+  limit = episode_limit(env_params)
+  horizon = int(config.horizon)
+  if limit is None or horizon >= limit:
+    return
+  inner = getattr(env, "inner", env)
+  shorten = (f", or shorten the episodes: --config.env_kwargs.horizon={horizon}"
+             if hasattr(inner, "horizon") else "")
+  raise ConfigError(
+      f"config.horizon: {horizon} rollout steps would cut {config.env_name}'s episodes "
+      f"(up to {limit} steps: env_params.max_steps_in_episode) before their end, where a "
+      f"terminal reward is paid; set --config.horizon={limit}{shorten}")
+
+
 def validate(config, algo: str, fields_fn: Callable[[Any], None]) -> None:
   """A recipe's whole `validate_config`: shared fields, the recipe's own, the environment.
 
   Raises `ConfigError` naming the first field that cannot run: `config.algo` must be
   `algo`, then the fields of `base_config()`, then `fields_fn(config)` (the recipe's own
-  fields), then the environment must be makeable with `config.env_kwargs`. Nothing is
+  fields), then the environment must be makeable with `config.env_kwargs`, and an
+  episodic recipe's rollout (`config.horizon`) must hold a whole episode. Nothing is
   compiled.
   """
   require(config.get("algo") == algo, "algo",
@@ -169,6 +212,9 @@ def validate(config, algo: str, fields_fn: Callable[[Any], None]) -> None:
   _validate_shared(config)
   fields_fn(config)
   _validate_env(config)
+  if algo in EPISODIC and not int(config.get("retry_attempts", 0) or 0):
+    env, env_params = make_env(config)
+    _check_rollout_horizon(config, env, env_params)
 
 
 @flax.struct.dataclass
