@@ -281,6 +281,27 @@ class Train:
     return self.run(self.init(key, hparams), hparams, self.num_updates)
 
 
+# The attributes a `Train` carries when a trained run can be evaluated from a checkpoint
+# (credit_jax/runtime/evaluate.py, scripts/evaluate.py).
+EVALUATION = ("env", "env_params", "eval_policy")
+
+
+def attach_evaluation(train: Train, env, env_params, network) -> Train:
+  """Gives `train` what evaluating a checkpoint needs, for an MLP actor(-critic) `network`.
+
+  Sets `train.env`, `train.env_params` (the environment the policy acts in, wrappers
+  included) and `train.eval_policy(params, greedy=False) -> (policy, policy_params)`:
+  for ONE seed's `params`, the rollout `PolicyFn` that samples actions as training does,
+  or (`greedy`) the one that takes the most probable action. Returns `train`.
+  """
+  sampled = nets.make_policy_fn(network, value=False)
+  greedy_policy = nets.make_greedy_policy_fn(network)
+  train.env, train.env_params = env, env_params
+  train.eval_policy = lambda params, greedy=False: (
+      greedy_policy if greedy else sampled, params)
+  return train
+
+
 class MeasuredTrain(Train):
   """A `Train` whose `run` also reports a measurement every `every` updates.
 
@@ -302,6 +323,9 @@ class MeasuredTrain(Train):
                      default_hparams=train.default_hparams, num_updates=train.num_updates,
                      env_steps_per_update=train.env_steps_per_update,
                      headline=train.headline)
+    for name in EVALUATION:   # what credit_jax.runtime.evaluate reads, if the train has it
+      if hasattr(train, name):
+        setattr(self, name, getattr(train, name))
     if int(every) < 1:
       raise ValueError(f"every must be >= 1, got {every}")
     self.every = int(every)
