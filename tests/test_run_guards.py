@@ -131,7 +131,7 @@ def test_a_rollout_shorter_than_the_episode_is_refused_naming_both_fields():
     algos.RECIPES["grpo"].validate_config(c)
   msg = str(e.value)
   assert msg.startswith("config.horizon: 20 rollout steps")
-  assert "up to 50 steps" in msg and "--config.horizon=50" in msg
+  assert "50-step episodes" in msg and "--config.horizon=50" in msg
   assert "--config.env_kwargs.horizon=20" in msg
   c = algos.RECIPES["reinforce"].default_config()  # KeyChain T = 20
   c.horizon = 19

@@ -234,7 +234,8 @@ def make_train(config) -> train_lib.Train:
       default_hparams={**{k: config[k] for k in HPARAMS},
                        **(shaper.hparams if shaper is not None else {}),
                        **step_credit.hparams(config)}, num_updates=n_updates,
-      env_steps_per_update=num_tasks * group * train_lib.episode_steps(config, env_params),
+      env_steps_per_update=(num_tasks * group
+                            * train_lib.episode_steps(config, env, env_params)),
       headline=(("success",) if with_success else ("return",)) + ("degenerate_frac",)),
       env, env_params, network)
 

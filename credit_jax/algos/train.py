@@ -31,6 +31,7 @@ import optax
 from credit_jax.addons import critique
 from credit_jax.config import ConfigError, require
 from credit_jax import envs, fast_paths, nets
+from credit_jax.envs.base import MAX_STEPS
 
 Array = jax.Array
 Hparams = Dict[str, Array]
@@ -161,41 +162,55 @@ def _validate_env(config) -> None:
 EPISODIC = ("grpo", "reinforce", "grpo_hindsight", "search_then_train")
 
 
-def episode_limit(env_params) -> Optional[int]:
-  """The environment's time limit (`max_steps_in_episode`, through wrappers' `inner`
-  params), or None when it has none."""
+def _unwrapped(env):
+  """The environment inside credit_jax's (`inner`) and gymnax's (`_env`) wrappers."""
+  for _ in range(16):
+    inner = getattr(env, "inner", None) or getattr(env, "_env", None)
+    if inner is None:
+      break
+    env = inner
+  return env
+
+
+def episode_limit(env, env_params) -> Optional[int]:
+  """Steps an episode of `env` can last: a fixed-length environment's `horizon`, else
+  its time limit `max_steps_in_episode` (through wrappers' `inner` params), or None when
+  it has neither (bsuite's chains set no limit: they end themselves)."""
+  horizon = getattr(_unwrapped(env), "horizon", None)
+  if isinstance(horizon, int):
+    return horizon
   while env_params is not None:
     limit = getattr(env_params, "max_steps_in_episode", None)
     if limit is not None:
-      return int(limit)
+      return int(limit) if int(limit) < MAX_STEPS else None
     env_params = getattr(env_params, "inner", None)
   return None
 
 
-def episode_steps(config, env_params) -> int:
+def episode_steps(config, env, env_params) -> int:
   """Env steps one episode of an episodic recipe's rollout can take: `config.horizon`,
-  or the environment's time limit where that is shorter (the rollout's later steps are
-  padding after the episode's end, not env steps)."""
-  limit = episode_limit(env_params)
+  or the episode's length where that is shorter (the rollout's later steps are padding
+  after the episode's end, not env steps)."""
+  limit = episode_limit(env, env_params)
   horizon = int(config.horizon)
   return horizon if limit is None else min(horizon, limit)
 
 
 def _check_rollout_horizon(config, env, env_params) -> None:
-  # A rollout shorter than the episode cuts it before its end: on a terminal-reward task
-  # (KeyChain pays at the last step) every update would then see return 0 and train on
-  # nothing, without a word.
-  limit = episode_limit(env_params)
+  # A rollout shorter than a fixed-length episode cuts it before its end: on a
+  # terminal-reward task (KeyChain pays at the last step) every update would then see
+  # return 0 and train on nothing, without a word. Environments with a time limit only
+  # (CartPole) may be cut: their reward comes on the way.
+  inner = _unwrapped(env)
+  limit = getattr(inner, "horizon", None)
   horizon = int(config.horizon)
-  if limit is None or horizon >= limit:
+  if not isinstance(limit, int) or horizon >= limit:
     return
-  inner = getattr(env, "inner", env)
-  shorten = (f", or shorten the episodes: --config.env_kwargs.horizon={horizon}"
-             if hasattr(inner, "horizon") else "")
   raise ConfigError(
-      f"config.horizon: {horizon} rollout steps would cut {config.env_name}'s episodes "
-      f"(up to {limit} steps: env_params.max_steps_in_episode) before their end, where a "
-      f"terminal reward is paid; set --config.horizon={limit}{shorten}")
+      f"config.horizon: {horizon} rollout steps would cut {config.env_name}'s "
+      f"{limit}-step episodes before their end, where their reward is paid; set "
+      f"--config.horizon={limit}, or shorten the episodes: "
+      f"--config.env_kwargs.horizon={horizon}")
 
 
 def validate(config, algo: str, fields_fn: Callable[[Any], None]) -> None:
