@@ -32,6 +32,11 @@ def test_every_transcribed_cell_is_possible():
   for c in ra.CELLS:
     ra.check_cell(c)
   assert len(ra.cell_table()) == len(ra.CELLS) + 2
+  pivot = ra.cell_pivot()
+  row = [r for r in pivot if r.startswith("| ppo_oracle_g1_l0.95 ")][0]
+  assert "**5/8** · 86.2 · final 0.73 A" in row and "8/8 · 10.9 ± 1.2 A" in row
+  assert "**0/8** · ≥ 150" in [r for r in pivot if r.startswith("| ppo_mlp_g1_l0.95 ")][0]
+  assert "8/8 · 14.9 ± 0.7 S" in [r for r in pivot if r.startswith("| grpo_k8 ")][0]
 
 
 def test_local_slope_by_hand():

@@ -42,7 +42,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from credit_jax import stats, survival
 
 __all__ = ["BUDGET", "CELLS", "COMPARISONS", "NOISE", "SEEDS", "Cell", "cell",
-           "cell_table", "check_cell", "comparison_table", "local_slope", "log_slopes",
+           "cell_pivot", "cell_table", "check_cell", "comparison_table", "local_slope", "log_slopes",
            "markdown", "probe_counts", "slope_table", "tuning"]
 
 SEEDS = 8
@@ -218,6 +218,33 @@ def cell_table() -> List[str]:
   return rows
 
 
+def cell_pivot() -> List[str]:
+  """Markdown rows of every cell, one row per method and a column per T: seeds at 90%,
+  the restricted mean updates to 90% (with the t half-width where no seed is censored,
+  else the mean final success) and the tuning mark of `tuning`."""
+  horizons = sorted({c[1] for c in CELLS})
+  methods = list(dict.fromkeys(c[0] for c in CELLS))
+  rows = ["| method (lr) | " + " | ".join(f"T = {t}" for t in horizons) + " |",
+          "|---|" + "---|" * len(horizons)]
+  for m in methods:
+    cols = []
+    for t in horizons:
+      c = cell(m, t)
+      if c is None:
+        cols.append("—")
+        continue
+      rmst, mark = check_cell(c), tuning(m, t)
+      if c[3] == SEEDS:
+        cols.append(f"8/8 · {rmst:.1f} ± {_fmt(c[5], 2)} {mark}")
+      elif c[3] == 0:
+        cols.append(f"**0/{SEEDS}** · ≥ {rmst:.0f} · final {c[6]:.2f} {mark}")
+      else:
+        cols.append(f"**{c[3]}/{SEEDS}** · {rmst:.1f} · final {c[6]:.2f} {mark}")
+    lr = next(c[2] for c in CELLS if c[0] == m)
+    rows.append(f"| {m} ({lr:g}) | " + " | ".join(cols) + " |")
+  return rows
+
+
 def local_slope(t_a: float, m_a: float, h_a: float, t_b: float, m_b: float, h_b: float
                 ) -> Tuple[float, float]:
   """`(slope, half)`: d log m / d log T between (t_a, m_a) and (t_b, m_b), and the
@@ -303,7 +330,8 @@ def probe_counts(workdir: str, level: float = 0.9) -> List[str]:
 
 def markdown(probes_workdir: Optional[str] = None) -> str:
   """Every table this module regenerates, as one markdown string."""
-  parts = ["### Every cell", *cell_table(), "", "### Local slopes", *slope_table(), "",
+  parts = ["### Every cell", *cell_pivot(), "", "### Every cell, one row each",
+           *cell_table(), "", "### Local slopes", *slope_table(), "",
            "### Seed counts compared", *comparison_table()]
   if probes_workdir:
     parts += ["", f"### Probes ({probes_workdir})", *probe_counts(probes_workdir)]
