@@ -31,6 +31,7 @@ import optax
 from credit_jax.addons import critique
 from credit_jax.config import ConfigError, require
 from credit_jax import envs, fast_paths, nets
+from credit_jax.envs.base import MAX_STEPS
 
 Array = jax.Array
 Hparams = Dict[str, Array]
@@ -156,12 +157,69 @@ def _validate_env(config) -> None:
             f"per attempt); set horizon >= {episode}")
 
 
+# Recipes whose `config.horizon` is the rollout length of whole episodes (every episode of
+# an update starts at step 0 and the loss sees its return).
+EPISODIC = ("grpo", "reinforce", "grpo_hindsight", "search_then_train")
+
+
+def _unwrapped(env):
+  """The environment inside credit_jax's (`inner`) and gymnax's (`_env`) wrappers."""
+  for _ in range(16):
+    inner = getattr(env, "inner", None) or getattr(env, "_env", None)
+    if inner is None:
+      break
+    env = inner
+  return env
+
+
+def episode_limit(env, env_params) -> Optional[int]:
+  """Steps an episode of `env` can last: a fixed-length environment's `horizon`, else
+  its time limit `max_steps_in_episode` (through wrappers' `inner` params), or None when
+  it has neither (bsuite's chains set no limit: they end themselves)."""
+  horizon = getattr(_unwrapped(env), "horizon", None)
+  if isinstance(horizon, int):
+    return horizon
+  while env_params is not None:
+    limit = getattr(env_params, "max_steps_in_episode", None)
+    if limit is not None:
+      return int(limit) if int(limit) < MAX_STEPS else None
+    env_params = getattr(env_params, "inner", None)
+  return None
+
+
+def episode_steps(config, env, env_params) -> int:
+  """Env steps one episode of an episodic recipe's rollout can take: `config.horizon`,
+  or the episode's length where that is shorter (the rollout's later steps are padding
+  after the episode's end, not env steps)."""
+  limit = episode_limit(env, env_params)
+  horizon = int(config.horizon)
+  return horizon if limit is None else min(horizon, limit)
+
+
+def _check_rollout_horizon(config, env, env_params) -> None:
+  # A rollout shorter than a fixed-length episode cuts it before its end: on a
+  # terminal-reward task (KeyChain pays at the last step) every update would then see
+  # return 0 and train on nothing, without a word. Environments with a time limit only
+  # (CartPole) may be cut: their reward comes on the way.
+  inner = _unwrapped(env)
+  limit = getattr(inner, "horizon", None)
+  horizon = int(config.horizon)
+  if not isinstance(limit, int) or horizon >= limit:
+    return
+  raise ConfigError(
+      f"config.horizon: {horizon} rollout steps would cut {config.env_name}'s "
+      f"{limit}-step episodes before their end, where their reward is paid; set "
+      f"--config.horizon={limit}, or shorten the episodes: "
+      f"--config.env_kwargs.horizon={horizon}")
+
+
 def validate(config, algo: str, fields_fn: Callable[[Any], None]) -> None:
   """A recipe's whole `validate_config`: shared fields, the recipe's own, the environment.
 
   Raises `ConfigError` naming the first field that cannot run: `config.algo` must be
   `algo`, then the fields of `base_config()`, then `fields_fn(config)` (the recipe's own
-  fields), then the environment must be makeable with `config.env_kwargs`. Nothing is
+  fields), then the environment must be makeable with `config.env_kwargs`, and an
+  episodic recipe's rollout (`config.horizon`) must hold a whole episode. Nothing is
   compiled.
   """
   require(config.get("algo") == algo, "algo",
@@ -169,6 +227,9 @@ def validate(config, algo: str, fields_fn: Callable[[Any], None]) -> None:
   _validate_shared(config)
   fields_fn(config)
   _validate_env(config)
+  if algo in EPISODIC and not int(config.get("retry_attempts", 0) or 0):
+    env, env_params = make_env(config)
+    _check_rollout_horizon(config, env, env_params)
 
 
 @flax.struct.dataclass
@@ -235,6 +296,27 @@ class Train:
     return self.run(self.init(key, hparams), hparams, self.num_updates)
 
 
+# The attributes a `Train` carries when a trained run can be evaluated from a checkpoint
+# (credit_jax/runtime/evaluate.py, scripts/evaluate.py).
+EVALUATION = ("env", "env_params", "eval_policy")
+
+
+def attach_evaluation(train: Train, env, env_params, network) -> Train:
+  """Gives `train` what evaluating a checkpoint needs, for an MLP actor(-critic) `network`.
+
+  Sets `train.env`, `train.env_params` (the environment the policy acts in, wrappers
+  included) and `train.eval_policy(params, greedy=False) -> (policy, policy_params)`:
+  for ONE seed's `params`, the rollout `PolicyFn` that samples actions as training does,
+  or (`greedy`) the one that takes the most probable action. Returns `train`.
+  """
+  sampled = nets.make_policy_fn(network, value=False)
+  greedy_policy = nets.make_greedy_policy_fn(network)
+  train.env, train.env_params = env, env_params
+  train.eval_policy = lambda params, greedy=False: (
+      greedy_policy if greedy else sampled, params)
+  return train
+
+
 class MeasuredTrain(Train):
   """A `Train` whose `run` also reports a measurement every `every` updates.
 
@@ -256,6 +338,9 @@ class MeasuredTrain(Train):
                      default_hparams=train.default_hparams, num_updates=train.num_updates,
                      env_steps_per_update=train.env_steps_per_update,
                      headline=train.headline)
+    for name in EVALUATION:   # what credit_jax.runtime.evaluate reads, if the train has it
+      if hasattr(train, name):
+        setattr(self, name, getattr(train, name))
     if int(every) < 1:
       raise ValueError(f"every must be >= 1, got {every}")
     self.every = int(every)
