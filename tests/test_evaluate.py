@@ -2,12 +2,12 @@
 the restored policy's success agrees with what training logged for the same parameters,
 and disagrees with a different checkpoint's (so the comparison can fail).
 
-Recipes gain `train.env`, `train.env_params` and `train.eval_policy(params, greedy)`
-with the algos renovation; until then `with_eval_policy` below adds them to GRPO's MLP
-`Train` the way that API defines them (a `PresampledPolicy` for one seed's params)."""
+The MLP recipes carry `train.env`, `train.env_params` and `train.eval_policy(params,
+greedy)` (`train_lib.attach_evaluation`); `with_eval_policy` checks that they do."""
 import json
 import os
 
+import jax
 import jax.numpy as jnp
 import pytest
 
@@ -23,18 +23,24 @@ EPISODES = 1024
 
 def with_eval_policy(config):
   train = algos.make_train(config)
-  if hasattr(train, "eval_policy"):
-    return train
-  env, env_params = train_lib.make_env(config)
-  network, _ = train_lib.make_network(config, env, env_params, value_head=False)
-  sampled = nets.make_policy_fn(network, value=False)
-  # Gumbel-max with zero noise is the argmax: the greedy policy.
-  greedy = cj.PresampledPolicy(
-      draw=lambda key: jnp.zeros((env.num_actions,), jnp.float32), act=sampled.act)
-  train.env, train.env_params = env, env_params
-  train.eval_policy = lambda params, greedy_=False, **kw: (
-      greedy if kw.get("greedy", greedy_) else sampled, params)
+  assert all(hasattr(train, a) for a in train_lib.EVALUATION), type(train)
   return train
+
+
+def test_mlp_recipes_can_be_evaluated_and_greedy_is_the_argmax():
+  for name in ("grpo", "reinforce", "ppo", "search_then_train"):
+    c = algos.RECIPES[name].default_config()
+    train = algos.make_train(c)
+    assert all(hasattr(train, a) for a in train_lib.EVALUATION), name
+  env, env_params = cj.envs.make("KeyChain-v0", horizon=4, num_pivotal=1, num_actions=3)
+  net = nets.ActorCritic(num_actions=3, hidden_sizes=(8,))
+  obs = jnp.linspace(-1.0, 1.0, env.observation_space(env_params).shape[0])
+  params = net.init(jax.random.PRNGKey(0), obs)
+  greedy = nets.make_greedy_policy_fn(net)
+  action, log_prob, _ = greedy.act(params, obs, greedy.draw(jax.random.PRNGKey(1)))
+  logits, _ = net.apply(params, obs)
+  assert int(action) == int(jnp.argmax(logits))
+  assert float(log_prob) == pytest.approx(float(jax.nn.log_softmax(logits)[action]))
 
 
 @pytest.fixture(scope="module")

@@ -120,3 +120,32 @@ def test_best_checkpoint_keeps_the_highest_and_survives_reopening(tmp_path):
   with c.unlocked():
     c.best_metric = "value_loss"
   assert checkpoint.best_metric_of(c, ("success",)) == ("value_loss", "min")
+
+
+# --- one source of truth for episode length ----------------------------------------------
+
+def test_a_rollout_shorter_than_the_episode_is_refused_naming_both_fields():
+  c = algos.RECIPES["grpo"].default_config()      # KeyChain T = 50, rollout 50
+  c.horizon = 20
+  with pytest.raises(algos.ConfigError) as e:
+    algos.RECIPES["grpo"].validate_config(c)
+  msg = str(e.value)
+  assert msg.startswith("config.horizon: 20 rollout steps")
+  assert "50-step episodes" in msg and "--config.horizon=50" in msg
+  assert "--config.env_kwargs.horizon=20" in msg
+  c = algos.RECIPES["reinforce"].default_config()  # KeyChain T = 20
+  c.horizon = 19
+  with pytest.raises(algos.ConfigError, match=r"^config\.horizon: 19 rollout steps"):
+    algos.RECIPES["reinforce"].validate_config(c)
+
+
+def test_env_steps_count_the_episode_not_the_rollouts_padding():
+  c = algos.RECIPES["grpo"].default_config()
+  c.env_kwargs.horizon = 20                        # 20-step episodes, 50-step rollout
+  train = algos.make_train(c)
+  assert train.env_steps_per_update == c.num_tasks * c.group_size * 20
+  c.env_kwargs.horizon = 50
+  assert algos.make_train(c).env_steps_per_update == c.num_tasks * c.group_size * 50
+  r = algos.RECIPES["reinforce"].default_config()
+  r.horizon = 25                                   # 20-step episodes
+  assert algos.make_train(r).env_steps_per_update == r.num_envs * 20

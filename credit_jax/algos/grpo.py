@@ -229,11 +229,13 @@ def make_train(config) -> train_lib.Train:
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=aux), metrics
 
-  return train_lib.Train(
+  return train_lib.attach_evaluation(train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={**{k: config[k] for k in HPARAMS},
                        **(shaper.hparams if shaper is not None else {}),
                        **step_credit.hparams(config)}, num_updates=n_updates,
-      env_steps_per_update=num_tasks * group * horizon,
-      headline=(("success",) if with_success else ("return",)) + ("degenerate_frac",))
+      env_steps_per_update=(num_tasks * group
+                            * train_lib.episode_steps(config, env, env_params)),
+      headline=(("success",) if with_success else ("return",)) + ("degenerate_frac",)),
+      env, env_params, network)
 

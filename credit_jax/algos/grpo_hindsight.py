@@ -213,5 +213,6 @@ def make_train(config) -> train_lib.Train:
       default_hparams={**{k: config[k] for k in HPARAMS if k in config},
                        **mode_hparams(config.relabel, config.relabel_weight)},
       num_updates=n_updates,
-      env_steps_per_update=num_tasks * group * horizon,
+      env_steps_per_update=(num_tasks * group
+                            * train_lib.episode_steps(config, env, env_params)),
       headline=("success", "relabel_weight", "degenerate_frac"))

@@ -156,5 +156,6 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
       default_hparams={**{k: config[k] for k in hparam_names},
                        **(shaper.hparams if shaper is not None else {})},
       num_updates=n_updates,
-      env_steps_per_update=num_tasks * group * horizon,
+      env_steps_per_update=(num_tasks * group
+                            * train_lib.episode_steps(config, env, env_params)),
       headline=(("success",) if with_success else ("return",)) + ("degenerate_frac",))

@@ -321,10 +321,11 @@ def make_train(config) -> train_lib.Train:
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=aux), metrics
 
-  return ppo_critics.with_gae_gradient(config, train_lib.Train(
+  return ppo_critics.with_gae_gradient(config, train_lib.attach_evaluation(train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={**{k: config[k] for k in HPARAMS},
                        **(shaper.hparams if shaper is not None else {}),
                        **step_credit.hparams(config)},
       num_updates=n_updates, env_steps_per_update=batch,
-      headline=("success", "return") if with_success else ("return", "entropy")))
+      headline=("success", "return") if with_success else ("return", "entropy")),
+      env, env_params, network))

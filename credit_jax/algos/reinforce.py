@@ -245,8 +245,12 @@ def make_train(config) -> train_lib.Train:
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=state.aux), metrics
 
-  return train_lib.Train(
+  train = train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
-      env_steps_per_update=num_envs * horizon,
+      env_steps_per_update=num_envs * train_lib.episode_steps(config, env, env_params),
       headline=("success", "return") if with_success else ("return",))
+  if grpo_sequence.network_kind(config) == "mlp":   # evaluation from a checkpoint
+    network, _ = train_lib.make_network(config, env, env_params, value_head=with_value)
+    train = train_lib.attach_evaluation(train, env, env_params, network)
+  return train

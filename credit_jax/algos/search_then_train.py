@@ -260,9 +260,11 @@ def make_train(config) -> train_lib.Train:
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=state.aux), metrics
 
-  return train_lib.Train(
+  return train_lib.attach_evaluation(train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
-      env_steps_per_update=num_tasks * group * horizon,
+      env_steps_per_update=(num_tasks * group
+                            * train_lib.episode_steps(config, env, env_params)),
       headline=(("success", "search_found", "greedy_success") if with_success
-                else ("return", "search_found")) + ("degenerate_frac",))
+                else ("return", "search_found")) + ("degenerate_frac",)),
+      env, env_params, network)

@@ -16,7 +16,8 @@ from credit_jax.nets import gru, lm, mlp, prm, sequence
 from credit_jax.nets.mlp import (MLP, ActorCritic, ColumnDense, RowDense, activation_fn,
                                  categorical_entropy, categorical_kl, categorical_log_prob,
                                  categorical_noise, categorical_sample,
-                                 categorical_sample_with_noise, make_policy_fn)
+                                 categorical_sample_with_noise, make_greedy_policy_fn,
+                                 make_policy_fn)
 from credit_jax.nets.sequence import (GRUActorCritic, TransformerActorCritic,
                                       make_sequence_network, make_sequence_policy, unroll)
 
@@ -24,6 +25,6 @@ __all__ = [
     "MLP", "ActorCritic", "ColumnDense", "GRUActorCritic", "RowDense",
     "TransformerActorCritic", "activation_fn", "categorical_entropy", "categorical_kl",
     "categorical_log_prob", "categorical_noise", "categorical_sample",
-    "categorical_sample_with_noise", "gru", "lm", "make_policy_fn", "make_sequence_network",
-    "make_sequence_policy", "mlp", "prm", "sequence", "unroll",
+    "categorical_sample_with_noise", "gru", "lm", "make_greedy_policy_fn", "make_policy_fn",
+    "make_sequence_network", "make_sequence_policy", "mlp", "prm", "sequence", "unroll",
 ]

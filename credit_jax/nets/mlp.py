@@ -254,3 +254,13 @@ def make_policy_fn(network: nn.Module, value: bool = True) -> PresampledPolicy:
     action = categorical_sample_with_noise(logits, noise)
     return action, categorical_log_prob(logits, action), ({"value": v} if value else {})
   return PresampledPolicy(draw=draw, act=act)
+
+
+def make_greedy_policy_fn(network: nn.Module) -> PresampledPolicy:
+  """`make_policy_fn(network, value=False)` with zero noise: the most probable action
+  (Gumbel-max with no noise is the argmax); `log_prob` is that action's under the policy.
+  For evaluating a trained policy without its exploration."""
+  num_actions = int(network.num_actions)
+  sampled = make_policy_fn(network, value=False)
+  return PresampledPolicy(draw=lambda key: jnp.zeros((num_actions,), jnp.float32),
+                          act=sampled.act)
