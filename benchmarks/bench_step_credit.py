@@ -30,6 +30,7 @@ import jax.numpy as jnp
 
 from credit_jax import algos, anchors, envs, nets, returns, rollout, tree_rollouts, vine
 from credit_jax.algos import train as train_lib
+from credit_jax.runtime import launch
 
 import bench_env
 
@@ -153,6 +154,7 @@ def tree_calls(horizon):
 
 def main(argv):
   del argv
+  launch.configure_process(num_seeds=1)   # the XLA CPU flags that keep jaxlib 0.10 from hanging
   horizon = _T.value
   print(f"backend={jax.default_backend()} device={jax.devices()[0].device_kind} "
         f"jax={jax.__version__} rounds={_REPEATS_SC.value}")
