@@ -173,11 +173,12 @@ def test_reward_noise_is_zero_mean_and_leaves_success_to_the_task():
   acts[[4, 15]] = [1, 2]
   _, rewards, infos, _ = play(env, state, acts)
   _, again, _, _ = play(env, state, acts)
-  assert rewards == again                                     # noise fixed per episode
+  assert rewards == again                                     # same actions, same noise
   assert all(r != 0.0 for r in rewards) and bool(infos[-1]["success"])
-  acts[4] = 0                                                 # wrong: same noise, no bit
+  acts[4] = 0                                                 # wrong at step 4
   _, wrong, infos_w, _ = play(env, state, acts)
-  np.testing.assert_allclose(np.subtract(rewards, wrong), [0] * 19 + [1], atol=1e-6)
+  np.testing.assert_array_equal(rewards[:4], wrong[:4])       # noise before it unchanged
+  assert all(a != b for a, b in zip(rewards[4:], wrong[4:]))  # a new draw from there on
   assert not bool(infos_w[-1]["success"])
   params = env.default_params
   traj = jax.jit(lambda k: rollout.collect_episodes(
@@ -186,6 +187,23 @@ def test_reward_noise_is_zero_mean_and_leaves_success_to_the_task():
   n = noise.size
   assert abs(noise.mean()) < 3 * sigma / np.sqrt(n)
   assert abs(noise.std() / sigma - 1.0) < 0.02
+
+
+def test_reward_noise_differs_inside_a_group_from_one_reset():
+  # GRPO's K episodes share a reset; noise that depended on the reset alone would be
+  # identical across them and cancel in the group baseline.
+  sigma, K, T = 1.0, 8, 30
+  env = keychain.KeyChain(horizon=T, num_pivotal=2, num_actions=4,
+                          distractor_reward_std=sigma)
+  params = env.default_params
+  traj = jax.jit(lambda k: rollout.collect_groups(
+      env, params, rollout.uniform_random_policy(4), None, k, num_tasks=256,
+      group_size=K, horizon=T))(jax.random.key(5))
+  noise = np.asarray(traj.rewards) - np.asarray(traj.info["success"], np.float32)
+  noise = noise.reshape(T, 256, K)            # time-major, tasks then group members
+  summed = noise.sum(0)                       # [tasks, K] each episode's summed noise
+  within = summed.var(axis=1, ddof=1).mean()  # variance between members of a group
+  assert abs(within / (T * sigma ** 2) - 1.0) < 0.15
 
 
 COMBOS = [dict(zip(ON, bits)) for bits in itertools.product((False, True), repeat=len(ON))]

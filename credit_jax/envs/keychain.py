@@ -34,7 +34,10 @@ with the horizon; each switch removes one of those properties, alone or with the
 |                               | success (1/A)^k falls with T (overrides `num_pivotal`)    |
 | `distractor_reward_std=s` (0) | a clean return: every step's reward gets zero-mean noise  |
 |                               | of std s (bsuite umbrella's distractor reward), so the    |
-|                               | terminal bit sits under T steps of noise                  |
+|                               | terminal bit sits under T steps of noise; the noise is a  |
+|                               | hash of the episode's seed and the actions so far, so     |
+|                               | episodes of one reset (a group) that act differently draw |
+|                               | different noise, as bsuite's per-step draws would         |
 
 Observation layout under the switches (parts in this order, `t/T` always last):
   `cue` [A]         the per-step cue slot. Without `distractor_cues` as above. With it,
@@ -117,7 +120,8 @@ class KeyChainState(environment.EnvState):
 
 @struct.dataclass
 class KeyChainProbeState(KeyChainState):
-  seeds: jax.Array        # [2] uint32 hash seeds: fake cues, reward noise
+  seeds: jax.Array        # [2] uint32 hash seeds: fake cues; reward noise (walks
+                          #     with the actions taken)
 
 
 @struct.dataclass
@@ -267,8 +271,14 @@ class KeyChain(base.CreditEnv):
     success = jnp.logical_and(terminated, all_correct)
     reward = success.astype(jnp.float32)
     if self.distractor_reward_std > 0.0:
+      # The noise seed walks with the actions (a bijection of the seed for each step and
+      # action, so every step's noise stays exactly uniform): episodes from one reset that
+      # act differently (a GRPO group) draw different noise; the same actions replay it.
+      history = hashing.mix32(hashing.mix32(state.seeds[1], t),
+                              jnp.asarray(action, jnp.int32))
+      state = state.replace(seeds=state.seeds.at[1].set(history))
       reward = reward + np.float32(self.distractor_reward_std) * \
-          hashing.centred_unit_noise(state.seeds[1], t)
+          hashing.centred_unit_noise(history, t)
     info = {"pivotal": pivotal, "correct_action": correct_action, "correct": correct}
     if self.shortcuts_removed:
       info["success"] = success
