@@ -6,7 +6,7 @@ Writes summary.json, summary.md, results.csv, results.md, scores.png,
 curves_<experiment>.png and bsuite_format/<method>.csv into --workdir. All logic lives in
 credit_jax/experiments/bsuite/.
 """
-from credit_jax.experiments import bsuite, cli
+from credit_jax.experiments import cli, bsuite  # cli first: see credit_jax/experiments/cli.py
 
 if __name__ == "__main__":
   cli.main(bsuite)

@@ -88,6 +88,16 @@ def test_first_use_without_the_call_warns_on_an_affected_jaxlib():
   assert len(warned) == (1 if launch.xla_flags_for(None) else 0), proc.stderr
 
 
+def test_study_entry_points_do_not_tell_their_user_to_configure():
+  # scripts/<study>.py imports experiments.cli, then its study (which starts JAX through
+  # gymnax); cli.main configures the process itself, so the warning is not for its user.
+  code = "from credit_jax.experiments import cli, probes\nprint('imported')\n"
+  proc = subprocess.run([sys.executable, "-c", code], env=_clean_env(), cwd=ROOT,
+                        capture_output=True, text=True, timeout=TIMEOUT_S)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "configure_process()" not in proc.stderr, proc.stderr
+
+
 def test_default_call_sets_the_flags_for_any_program_on_affected_jaxlib():
   env = {}
   added = launch.configure_process(environ=env, version=(0, 10))

@@ -80,6 +80,17 @@ _REEXEC_MARK = "CREDIT_JAX_LAUNCH_REEXEC"
 # Whether configure_process ran in this process, and whether the warning was given.
 _CONFIGURED = False
 _WARNED = False
+# Set by `entry_point_will_configure()` (an absl main that calls configure_process
+# itself once its flags are parsed): no warning at a first use before that.
+_ENTRY_POINT = False
+
+
+def entry_point_will_configure() -> None:
+  """Marks this process as an entry point that calls `configure_process` itself, so
+  `warn_if_unconfigured` does not tell its user to. `credit_jax.experiments.cli` calls it
+  at import (scripts import it before their study); a library user never needs it."""
+  global _ENTRY_POINT
+  _ENTRY_POINT = True
 
 
 def jaxlib_version() -> Optional[Tuple[int, int]]:
@@ -180,7 +191,7 @@ def warn_if_unconfigured(environ: Optional[MutableMapping[str, str]] = None,
   The package calls it at the first use of a `cj.` name (credit_jax/__init__.py).
   """
   global _WARNED
-  if _WARNED or (_CONFIGURED and environ is None):
+  if _WARNED or ((_CONFIGURED or _ENTRY_POINT) and environ is None):
     return
   environ = os.environ if environ is None else environ
   missing = xla_flags_for(None, version, environ.get("XLA_FLAGS", ""))
