@@ -220,6 +220,9 @@ def _figure(cells, config, workdir):
     high = np.array([x["wilson"][1] for _, x in pts])
     ax.errorbar(ks, rate, yerr=[rate - low, high - rate], fmt=style, capsize=3,
                 label=label)
+  guess = 10.0 ** -int(config.recipe.env_kwargs.num_digits)
+  ax.axhline(guess, color="0.5", ls=":", lw=1,
+             label=f"answering a random number ({guess:g})")
   ax.set_xscale("log", base=2)
   ax.set_xlabel("calculator turns k")
   ax.set_ylabel("held-out success")
