@@ -86,14 +86,19 @@ def test_env_name_from_the_command_line_drops_the_file_env_options(a_file):
 
 
 def test_experiment_sweep_and_evaluate_scripts_fail_in_one_line(tmp_path, a_file):
-  # The experiment scripts import their study before cli.main configures the process,
-  # so the package's one-line warning about an unconfigured jaxlib 0.10 process comes
-  # first there; it is not this test's subject.
+  # The experiment scripts import their study (which starts JAX) before cli.main
+  # configures the process; the package's warning about an unconfigured jaxlib 0.10
+  # process is not for their user, so the one line is the error alone.
   proc = _run(os.path.join(REPO, "scripts", "variance_scaling.py"),
               "--config=configs/variance_scaling.py:small", f"--workdir={tmp_path}",
-              "--config.horizns=3", env={"PYTHONWARNINGS": "ignore::RuntimeWarning"})
+              "--config.horizns=3")
   assert proc.returncode == 2
   assert "did you mean 'horizons'?" in _one_error_line(proc)
+  # A comma list on a tuple-of-strings field is one string to ml_collections.
+  proc = _run(os.path.join(REPO, "scripts", "probes.py"), "--config=configs/probes.py:smoke",
+              f"--workdir={tmp_path}", "--config.settings=default,all")
+  assert proc.returncode == 2
+  assert """--config.settings="('default','all')""" in _one_error_line(proc)
   # No JAX_PLATFORMS: jax then tries every backend after absl took over logging.
   proc = _run(os.path.join(REPO, "scripts", "sweep.py"),
               "--config=configs/sweeps/ppo_cartpole_lr.py:small", f"--workdir={a_file}",
@@ -144,6 +149,18 @@ def test_flag_error_lines_without_a_subprocess():
   assert cli.flag_error_line(err, argv) == (
       "--config.network.hiden_sizes=3: the config has no field 'hiden_sizes'; did you "
       "mean 'hidden_sizes'?")
+
+
+def test_comma_string_tuple_error_only_for_a_single_comma_string():
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  c = ml_collections.ConfigDict({"methods": ("a,b",), "lengths": (1, 2), "name": "x,y",
+                                 "sub": {"names": ("p", "q")}})
+  line = cli.comma_string_tuple_error(c, ["prog", "--config.methods=a,b"])
+  assert line.startswith("error: config.methods:") and "\"('a','b')\"" in line
+  assert cli.comma_string_tuple_error(c, ["prog", "--config.lengths=1,2"]) is None
+  assert cli.comma_string_tuple_error(c, ["prog", "--config.name=x,y"]) is None
+  assert cli.comma_string_tuple_error(c, ["prog", "--config.sub.names=p"]) is None
+  assert cli.comma_string_tuple_error(c, ["prog", "--config.missing=a,b"]) is None
 
 
 def test_exit_codes_follow_the_class_names_along_the_mro():

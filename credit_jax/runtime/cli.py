@@ -160,7 +160,34 @@ def config_value(holder, name: str = "config"):
     cause = e.__cause__ or e
     fail(flag_error_line(OSError(f"flag --{name}: config file: {cause}"), sys.argv),
          EXIT_USAGE)
+  line = comma_string_tuple_error(config, sys.argv, name)
+  if line:
+    fail(line, EXIT_USAGE)
   return config
+
+
+def comma_string_tuple_error(config, argv: Sequence[str], name: str = "config"):
+  """The one-line error for `--config.F=a,b` on a tuple-of-strings field F, or None.
+
+  ml_collections reads `a,b` there as the one string 'a,b' (ints and floats split on
+  commas, strings do not), which the experiment would then reject as an unknown name or,
+  worse, accept; the line shows the syntax that gives a tuple."""
+  for arg in argv[1:]:
+    m = re.match(rf"^--?{re.escape(name)}\.([\w.]+)=(.*)$", arg)
+    if not m or "," not in m.group(2):
+      continue
+    value = config
+    try:
+      for part in m.group(1).split("."):
+        value = value[part]
+    except (KeyError, AttributeError, TypeError):
+      continue
+    if (isinstance(value, (tuple, list)) and len(value) == 1
+        and isinstance(value[0], str) and "," in value[0]):
+      items = ",".join(repr(v.strip()) for v in value[0].split(","))
+      return (f"error: {name}.{m.group(1)}: {m.group(2)!r} was read as one string; a "
+              f"tuple of strings is written --{name}.{m.group(1)}=\"({items})\"")
+  return None
 
 
 # --- flag parsing ----------------------------------------------------------------------
