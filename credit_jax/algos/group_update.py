@@ -1,7 +1,7 @@
 """GRPO's update pieces shared by its MLP program (`grpo.py`) and its sequence-network
 program (`grpo_sequence.py`): the per-step group advantages (PRM shaping included) and the
-per-update metrics with the curriculum's step. Both programs import them from here, so
-neither imports the other.
+per-update metrics with the curriculum's step, and the minibatch epochs over whole groups.
+Both programs import them from here, so neither imports the other.
 """
 from __future__ import annotations
 
@@ -10,8 +10,26 @@ import jax.numpy as jnp
 
 from credit_jax import baselines
 from credit_jax.addons import curriculum
+from credit_jax.algos import optim
 
-__all__ = ["step_advantages", "update_metrics"]
+__all__ = ["optimise", "step_advantages", "update_metrics"]
+
+
+def optimise(loss_fn, state, aux, data, hp, k_perm, *, anneal_lr: bool, num_updates: int,
+             num_epochs: int, num_minibatches: int, optimizer):
+  """The update's gradient steps: `num_epochs` passes of `num_minibatches` minibatches
+  that split the task axis (axis 1 of every `data` leaf, `[T, N, K, ...]`), so every
+  group stays whole. `loss_fn(params, minibatch, ref_params, hp)`; `ref_params` is
+  `aux["ref_params"]` where the reference-KL penalty keeps one (else None).
+
+  Returns (params, opt_state, metrics, lr)."""
+  lr = optim.learning_rate(hp["lr"], state.update, num_updates, anneal_lr)
+  ref_params = aux.get("ref_params")
+  params, opt_state, metrics = optim.minibatch_epochs(
+      lambda p, mb: loss_fn(p, mb, ref_params, hp), state.params, state.opt_state,
+      data, k_perm, num_epochs=num_epochs, num_minibatches=num_minibatches, axis=1, lr=lr,
+      max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
+  return params, opt_state, metrics, lr
 
 
 def step_advantages(shaper, kind: str, aux, traj, returns, hp, k_perm, update,

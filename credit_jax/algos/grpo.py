@@ -51,6 +51,7 @@ import ml_collections
 from credit_jax.addons import curriculum, hooks as hooks_lib, prm, step_credit
 from credit_jax import nets, rollout
 from credit_jax.algos import train as train_lib, grpo_sequence, losses
+from credit_jax.algos import group_update
 from credit_jax.algos.group_update import step_advantages, update_metrics
 from credit_jax import episodes
 
@@ -216,14 +217,10 @@ def make_train(config) -> train_lib.Train:
     prm_metrics = {**prm_metrics, **hook_metrics}
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "advantages": step_adv, "valid": valid}
-    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-    ref_params = aux.get("ref_params")
-
-    # Minibatches split the task axis (axis 1), so every group stays whole.
-    params, opt_state, metrics = train_lib.minibatch_epochs(
-        lambda p, mb: loss_fn(p, mb, ref_params, hp), state.params, state.opt_state,
-        data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
-        max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
+    params, opt_state, metrics, lr = group_update.optimise(
+        loss_fn, state, aux, data, hp, k_perm, anneal_lr=bool(config.anneal_lr),
+        num_updates=n_updates, num_epochs=n_epochs, num_minibatches=n_mb,
+        optimizer=optimizer)
     aux, metrics = update_metrics(metrics, aux, traj, returns, degenerate, lr, prm_metrics,
                                   cur, stage if cur else None, with_success)
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,

@@ -138,13 +138,10 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
     data = {"obs": traj.obs, "prev_actions": prev_a, "prev_rewards": prev_r,
             "starts": starts, "actions": traj.actions, "log_probs": traj.log_probs,
             "advantages": step_adv, "valid": valid}
-    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-    ref_params = aux.get("ref_params")
-    # Minibatches split the task axis (axis 1): every group, every episode stays whole.
-    params, opt_state, metrics = train_lib.minibatch_epochs(
-        lambda p, mb: loss_fn(p, mb, ref_params, hp), state.params, state.opt_state,
-        data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
-        max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
+    params, opt_state, metrics, lr = group_update.optimise(   # every episode stays whole
+        loss_fn, state, aux, data, hp, k_perm, anneal_lr=bool(config.anneal_lr),
+        num_updates=n_updates, num_epochs=n_epochs, num_minibatches=n_mb,
+        optimizer=optimizer)
     aux, metrics = group_update.update_metrics(metrics, aux, traj, returns, degenerate, lr,
                                        prm_metrics, cur, stage if cur else None,
                                        with_success)
