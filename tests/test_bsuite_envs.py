@@ -14,6 +14,8 @@ import ml_collections
 import numpy as np
 import pytest
 
+import oracles
+
 from credit_jax import envs
 from credit_jax.envs import bsuite as bs
 
@@ -121,7 +123,7 @@ def test_umbrella_observation_and_choice_as_bsuite_defines_them():
 
 
 def test_umbrella_against_bsuite_itself():
-  chain = pytest.importorskip("bsuite.environments.umbrella_chain")
+  chain = oracles.import_oracle("bsuite.environments.umbrella_chain")
   for length, seed in ((1, 0), (4, 1), (12, 2)):
     ref = chain.UmbrellaChain(chain_length=length, n_distractor=20, seed=seed)
     ref_obs = [ref.reset().observation[0]]
@@ -182,7 +184,7 @@ def test_memory_context_and_length_as_bsuite(length, context, answer):
 
 
 def test_memory_against_bsuite_itself():
-  chain = pytest.importorskip("bsuite.environments.memory_chain")
+  chain = oracles.import_oracle("bsuite.environments.memory_chain")
   for length, seed in ((1, 0), (4, 3), (9, 5)):
     ref = chain.MemoryChain(memory_length=length, num_bits=1, seed=seed)
     ref_obs0 = ref.reset().observation[0]
@@ -247,7 +249,7 @@ def test_gymnax_mapping_seed_is_an_index_that_can_drop_the_bonus():
 
 
 def test_discounting_against_bsuite_itself():
-  chain = pytest.importorskip("bsuite.environments.discounting_chain")
+  chain = oracles.import_oracle("bsuite.environments.discounting_chain")
   env, params = DISCOUNTING
   for mapping_seed in range(20):
     p = params.replace(mapping_seed=mapping_seed)

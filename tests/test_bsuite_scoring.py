@@ -6,6 +6,8 @@ import os
 import numpy as np
 import pytest
 
+import oracles
+
 from credit_jax.experiments.bsuite import analysis, outputs, scoring
 from config_files import load_config
 
@@ -168,9 +170,9 @@ def test_discounting_summary_pools_bonus_rates():
 
 def test_scores_match_bsuites_analysis_on_random_rows():
   pd = pytest.importorskip("pandas")
-  umbrella = pytest.importorskip("bsuite.experiments.umbrella_length.analysis")
-  memory = pytest.importorskip("bsuite.experiments.memory_len.analysis")
-  discounting = pytest.importorskip("bsuite.experiments.discounting_chain.analysis")
+  umbrella = oracles.import_oracle("bsuite.experiments.umbrella_length.analysis")
+  memory = oracles.import_oracle("bsuite.experiments.memory_len.analysis")
+  discounting = oracles.import_oracle("bsuite.experiments.discounting_chain.analysis")
   rng = np.random.default_rng(0)
   for trial in range(20):
     lengths = rng.choice([1, 5, 10, 30], size=24)
@@ -195,8 +197,8 @@ def test_scores_match_bsuites_analysis_on_random_rows():
 
 def test_bsuite_format_csv_is_scored_by_bsuite_as_by_us(tmp_path):
   pd = pytest.importorskip("pandas")
-  umbrella = pytest.importorskip("bsuite.experiments.umbrella_length.analysis")
-  discounting = pytest.importorskip("bsuite.experiments.discounting_chain.analysis")
+  umbrella = oracles.import_oracle("bsuite.experiments.umbrella_length.analysis")
+  discounting = oracles.import_oracle("bsuite.experiments.discounting_chain.analysis")
   config = small_config()
   disc = [record("discounting_chain", [0, 5], [0, 0], [[20, 20]] * 2,
                  [[4, 20], [0, 7]], [[20.4, 22.0], [20.0, 20.7]])]

@@ -1,6 +1,7 @@
 """scripts/train.py over two processes (jax.distributed on localhost, gloo on CPU): the
 seeds split over both, the numbers of a one-process run, a resume from a shared
 checkpoint; and the command-line parsing of scripts/distributed.py."""
+import importlib.util
 import os
 import shutil
 import socket
@@ -11,8 +12,12 @@ import numpy as np
 import pytest
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import distributed  # pylint: disable=g-import-not-at-top,wrong-import-position
+# Loaded by file path: scripts/ on sys.path would shadow installed packages for every test
+# module that runs after this one in the same worker (scripts/bsuite.py shadowed bsuite).
+_SPEC = importlib.util.spec_from_file_location(
+    "distributed", os.path.join(REPO, "scripts", "distributed.py"))
+distributed = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(distributed)
 
 from credit_jax.runtime import metrics
 
