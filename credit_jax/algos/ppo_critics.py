@@ -403,25 +403,16 @@ def make_train(config, hparam_names, n_updates: int, advantages_fn) -> train_lib
       data = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), data)     # [T, B] -> [B, T]
       data["carry"] = start.carry                                    # leaves [B, ...]
       new_aux["policy_state"] = end
-    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-    params, opt_state, metrics = train_lib.minibatch_epochs(
-        lambda p, mb: loss_fn(p, mb, hp), params, state.opt_state, data, k_perm,
-        num_epochs=n_epochs, num_minibatches=n_mb, axis=0, lr=lr,
-        max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
-    ep_metrics, ep_carry = episodes.continuing_update(traj.rewards, traj.dones, aux,
-                                                      with_success,
-                                                      episodes.success_signal(traj))
-    metrics.update({**ep_metrics, "lr": lr, "value_mean": values.mean(),
-                    "advantage_std": advantages.std()})
+    params, opt_state, metrics, ep_carry = ppo_sequence.optimise_and_report(
+        lambda p, mb: loss_fn(p, mb, hp), params, state, data, k_perm, hp, traj, aux,
+        values, advantages, config=config, num_updates=n_updates, num_epochs=n_epochs,
+        num_minibatches=n_mb, optimizer=optimizer, with_success=with_success)
     new_aux.update(ep_carry)
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=new_aux), metrics
 
-  return train_lib.Train(
-      config=config, init_fn=init_fn, update_fn=update_fn,
-      default_hparams={k: config[k] for k in hparam_names}, num_updates=n_updates,
-      env_steps_per_update=num_envs * num_steps,
-      headline=("success", "return") if with_success else ("return", "entropy"))
+  return ppo_sequence.sequence_train(config, init_fn, update_fn, hparam_names, n_updates,
+                                     num_envs * num_steps, with_success)
 
 
 def episode_values(critic: Part, critic_params, traj):

@@ -309,24 +309,48 @@ def make_train(config, hparam_names, n_updates: int) -> train_lib.Train:
     data = jax.tree.map(batch_major, data)
     data["carry"] = (chunk_carries(start_state.carry, traj.extras["carry"], chunk)
                      if chunk else start_state.carry)   # leaves [B, T / L, ...] or [B, ...]
-    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-    params, opt_state, metrics = train_lib.minibatch_epochs(
-        lambda p, mb: _loss(network, clip_value, chunk, p, mb, hp), params, state.opt_state,
-        data, k_perm, num_epochs=n_epochs, num_minibatches=n_mb, axis=0, lr=lr,
-        max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
-    # The sampled policy's episodes (and success), as PPO's MLP path reports them.
-    ep_metrics, ep_carry = episodes.continuing_update(traj.rewards, traj.dones, aux,
-                                                      with_success,
-                                                      episodes.success_signal(traj))
-    metrics.update({**ep_metrics, "lr": lr, "value_mean": values.mean(),
-                    "advantage_std": advantages.std()})
+    params, opt_state, metrics, ep_carry = optimise_and_report(
+        lambda p, mb: _loss(network, clip_value, chunk, p, mb, hp), params, state, data,
+        k_perm, hp, traj, aux, values, advantages, config=config, num_updates=n_updates,
+        num_epochs=n_epochs, num_minibatches=n_mb, optimizer=optimizer,
+        with_success=with_success)
     new_aux = {"env_state": env_state, "obs": obs, "policy_state": policy_state,
                **ep_carry}
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=new_aux), metrics
 
+  return sequence_train(config, init_fn, update_fn, hparam_names, n_updates,
+                        num_envs * num_steps, with_success)
+
+
+def optimise_and_report(loss, params, state, data, k_perm, hp, traj, aux, values,
+                        advantages, *, config, num_updates: int, num_epochs: int,
+                        num_minibatches: int, optimizer, with_success: bool):
+  """A sequence-PPO update's gradient steps and its episode metrics, shared by this
+  program and `ppo_critics`' history critics: `num_epochs` passes of `num_minibatches`
+  minibatches over the batch axis (axis 0 of every `data` leaf, `[B, ...]`), `loss(params,
+  minibatch)`; then the sampled policy's episodes (and success) over `traj` ([T, B]), as
+  PPO's MLP path reports them, with `lr`, `value_mean` and `advantage_std`.
+
+  Returns (params, opt_state, metrics, episode carry for the aux)."""
+  lr = train_lib.learning_rate(hp["lr"], state.update, num_updates, bool(config.anneal_lr))
+  params, opt_state, metrics = train_lib.minibatch_epochs(
+      loss, params, state.opt_state, data, k_perm, num_epochs=num_epochs,
+      num_minibatches=num_minibatches, axis=0, lr=lr, max_grad_norm=hp["max_grad_norm"],
+      optimizer=optimizer)
+  ep_metrics, ep_carry = episodes.continuing_update(traj.rewards, traj.dones, aux,
+                                                    with_success,
+                                                    episodes.success_signal(traj))
+  metrics.update({**ep_metrics, "lr": lr, "value_mean": values.mean(),
+                  "advantage_std": advantages.std()})
+  return params, opt_state, metrics, ep_carry
+
+
+def sequence_train(config, init_fn, update_fn, hparam_names, num_updates: int,
+                   env_steps_per_update: int, with_success: bool) -> train_lib.Train:
+  """The `Train` of a sequence-PPO program (this one, `ppo_critics`' history critics)."""
   return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
-      default_hparams={k: config[k] for k in hparam_names}, num_updates=n_updates,
-      env_steps_per_update=num_envs * num_steps,
+      default_hparams={k: config[k] for k in hparam_names}, num_updates=num_updates,
+      env_steps_per_update=env_steps_per_update,
       headline=("success", "return") if with_success else ("return", "entropy"))
