@@ -17,6 +17,8 @@ def test_cells_settings_and_equal_budgets():
   assert probes.switch_kwargs(c, "distinct_rules") == {"distinct_rules": True}
   assert len(probes.switch_kwargs(c, "all")) == 6
   assert "cues_at_start" not in probes.switch_kwargs(c, "all_but_cues_at_start")
+  assert sorted(probes.switch_kwargs(c, "credit_switches")) == [
+      "distinct_rules", "distractor_cues", "distractor_reward_std", "pivotal_flag"]
   for name, horizon, _, method in probes.cells(c):
     env_name, kwargs = probes.cell_env(c, name)
     cfg = probes.method_config(c, method, env_name, kwargs, horizon,
