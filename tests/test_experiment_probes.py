@@ -65,3 +65,6 @@ def test_smoke_cell_trains_and_evaluates(tmp_path):
   assert (tmp_path / "summary.md").exists()
   again = probes.run(c, str(tmp_path), log=lambda _: None)   # resumes: nothing retrained
   assert again["cells"][0]["train_s"] == rec["train_s"]
+  c.budget_env_steps = 2 * c.budget_env_steps                # 4 updates: not the saved 2
+  with pytest.raises(ConfigError, match="holds cell keychain/all/T10/grpo_k8 at 2 seeds x 2"):
+    probes.run(c, str(tmp_path), log=lambda _: None)

@@ -29,8 +29,9 @@ Switch values: `pivotal_density` (0.03: k = 3 at T = 100, as the default, and 30
 T = 100 and is 3.2x it at T = 1000); the rest are booleans.
 
 Writes into the workdir: cells/<cell>.json as each cell finishes (a rerun skips those
-already there: a killed run resumes at its next cell), summary.json and summary.md (the
-tables).
+already there: a killed run resumes at its next cell; a saved cell with other seeds or
+updates than the config's is refused, so a budget override needs its own workdir),
+summary.json and summary.md (the tables).
 """
 from __future__ import annotations
 
@@ -295,7 +296,15 @@ def run(config, workdir: str, log=print) -> dict:
     path = _path(workdir, name)
     if os.path.exists(path):
       with open(path) as f:
-        records.append(json.load(f))
+        rec = json.load(f)
+      saved = (rec.get("seeds"), rec.get("updates"))
+      if saved != (int(config.seeds), budget_updates(config, horizon)):
+        raise ConfigError(
+            f"config: {workdir} holds cell {name} at {saved[0]} seeds x {saved[1]} "
+            f"updates, this config asks for {int(config.seeds)} x "
+            f"{budget_updates(config, horizon)} (seeds, budget_env_steps): use another "
+            f"--workdir, or the saved cell's settings")
+      records.append(rec)
       continue
     if not bool(config.new_cells):
       continue
