@@ -5,8 +5,8 @@
 
 Variants: none (k = 1, 2, 4, 8, 16, 5 seeds, a warm start of 600 supervised steps on the
 oracle's demonstrations, then 100 GRPO updates; GRPO vs PPO at k = 4 at equal tokens;
-docs/results/token_agent.md; `--config.recipe.sft_steps=150` is the shorter warm start
-that page also reports), "small" (a check that runs in a few minutes on a 2-core CPU). Fields: `credit_jax/experiments/token_study/study.py`.
+docs/results/token_agent.md), "small" (a check that runs in a few minutes on a 2-core
+CPU). Fields: `credit_jax/experiments/token_study/study.py`.
 """
 from credit_jax.experiments import token_study
 
