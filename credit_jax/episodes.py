@@ -122,6 +122,17 @@ def continuing_episode_success(rewards: Array, dones: Array, running_hits: Array
   return running_hits, success.astype(jnp.float32)
 
 
+def continuing_init(num_envs: int, with_success: bool) -> dict:
+  """The carry `continuing_update` reads, before any step: `running_return [B]`,
+  `last_return []` and, when `with_success`, `running_hits [B]`, `last_success []`."""
+  carry = {"running_return": jnp.zeros((num_envs,), jnp.float32),
+           "last_return": jnp.zeros((), jnp.float32)}
+  if with_success:
+    carry.update(running_hits=jnp.zeros((num_envs,), jnp.float32),
+                 last_success=jnp.zeros((), jnp.float32))
+  return carry
+
+
 def continuing_update(rewards: Array, dones: Array, aux: dict, with_success: bool,
                       signal: Array | None = None) -> Tuple[dict, dict]:
   """PPO's per-update episode bookkeeping over a continuing rollout, in one place.

@@ -29,60 +29,23 @@ at steps <= t (values[t] at steps t - 1 and t); a final value is read only where
 least float32 (float64 only when jax's x64 mode is on); any trailing batch size,
 0 included, works.
 
-Two solvers compute the same recurrence (`method=`):
-  "scan":        a reverse `lax.scan`, one step per time index. The output buffer is
-                 filled with `x` first and overwritten in place, so no other [T, ...]
-                 temporary is materialised: on CPU a step is bound by memory traffic
-                 and per-iteration overhead, and this layout moves the fewest bytes.
-  "associative": `lax.associative_scan` over affine maps `a -> x + c * a`; depth
-                 O(log T), the fast choice on accelerators where a sequential step
-                 costs a kernel launch.
-  "auto":        chooses by backend, see `_AUTO_*` below.
+`method=` picks the solver of that recurrence: "scan" (a reverse `lax.scan`),
+"associative" (`lax.associative_scan`, depth O(log T)) or "auto" (by backend);
+`credit_jax/recurrence.py` describes them and how "auto" chooses.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from credit_jax.recurrence import (METHODS, compute_dtype, per_step, resolve_method,
+                                   solve)
+
 Array = jax.Array
 ArrayLike = Any
-
-METHODS = ("scan", "associative", "auto")
-
-# Choice of method="auto" (measured with benchmarks/bench_gae.py; figures in BENCHMARKS.md).
-# CPU (2-core Xeon dev machine, jax 0.10.2, 2026-11-30): the in-place reverse scan beat
-#   the associative scan at every shape measured, by 2.6x at (T, B) = (128, 256), 6.8x
-#   at (1000, 256) and 12x at (5000, 256), and rlax's vmapped scan by 1.24-1.27x;
-#   ANCHORS.md has the same ordering at 1000 x 4096 (scan 11 ms, associative 48 ms).
-#   The associative scan's extra passes over [T, ...] buffers cost more than the
-#   sequential steps they save, and more so as T grows: the CPU threshold is "never".
-# GPU/TPU: not measured by us (no accelerator was available when this was written).
-#   ANCHORS.md's H200 figures have the associative scan 40-4000x faster than a plain
-#   scan for T in [1000, 50000] and B in [64, 4096]; a sequential step costs 13-20 us of
-#   launch latency, so even T = 128 spends ~2 ms sequentially, far more than the
-#   O(log T) associative passes. Below `_AUTO_ACCEL_MIN_T` steps the two are equally
-#   cheap and the scan avoids the extra buffers. Re-measure with bench_gae.py on a GPU.
-_AUTO_CPU_MIN_T = None          # None: the associative scan is never chosen on CPU.
-_AUTO_ACCEL_MIN_T = 2
-
-
-def resolve_method(method: str, num_steps: int, backend: Optional[str] = None) -> str:
-  """Returns "scan" or "associative" for `method` at `num_steps` on `backend`.
-
-  `backend` defaults to `jax.default_backend()`, the platform a jitted call runs on.
-  """
-  if method not in METHODS:
-    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-  if method != "auto":
-    return method
-  backend = backend or jax.default_backend()
-  min_t = _AUTO_CPU_MIN_T if backend == "cpu" else _AUTO_ACCEL_MIN_T
-  return "associative" if min_t is not None and num_steps >= min_t else "scan"
-
 
 # ----------------------------------------------------------------------------------
 # Input checks: plain Python on shapes and dtypes, so bad input fails before tracing.
@@ -205,87 +168,8 @@ def _check_lambda_call(rewards, discounts, values, lambda_, terminated, truncate
 
 
 # ----------------------------------------------------------------------------------
-# The recurrence A_t = x_t + c_t * A_{t+1}.
-
-
-def _dtype(*xs) -> Any:
-  """At least float32: accumulating thousands of steps in bf16 loses the signal."""
-  floats = [x for x in xs if x is not None]
-  return jnp.promote_types(jnp.result_type(*floats), jnp.float32)
-
-
-def _per_step(x: ArrayLike, shape: Tuple[int, ...], dtype) -> Array:
-  """A scalar stays a scalar; a [T] array gets trailing unit dims to broadcast."""
-  x = jnp.asarray(x, dtype)
-  if x.ndim == 1 and len(shape) > 1:
-    x = x.reshape((shape[0],) + (1,) * (len(shape) - 1))
-  return x
-
-
-def _solve_scan(x: Array, factors: Tuple[Array, ...], cuts: Tuple[Array, ...],
-                init: Optional[Array]) -> Array:
-  """Reverse scan; `x`'s buffer is overwritten in place by the output.
-
-  c_t is formed inside the loop from its factors (often scalars or [T]) and the bool
-  cut flags, instead of being materialised as a [T, ...] float array, and the output
-  reuses x's buffer: the loop then reads and writes the fewest rows per step, which is
-  what a step costs on CPU.
-  """
-  num_steps = x.shape[0]
-  stepped = tuple(f for f in factors if f.ndim > 0)
-  fixed = tuple(f for f in factors if f.ndim == 0)
-
-  def body(carry, per_step):
-    a, buf, t = carry
-    step_factors, step_cuts = per_step
-    c = jnp.ones((), x.dtype)
-    for f in step_factors + fixed:
-      c = c * f
-    future = c * a
-    for cut in step_cuts:
-      future = jnp.where(cut, jnp.zeros((), x.dtype), future)
-    a = jax.lax.dynamic_index_in_dim(buf, t, keepdims=False) + future
-    return (a, jax.lax.dynamic_update_index_in_dim(buf, a, t, 0), t - 1), None
-
-  init = jnp.zeros(x.shape[1:], x.dtype) if init is None else jnp.broadcast_to(
-      init, x.shape[1:]).astype(x.dtype)
-  (_, out, _), _ = jax.lax.scan(
-      body, (init, x, jnp.int32(num_steps - 1)), (stepped, cuts), length=num_steps,
-      reverse=True)
-  return out
-
-
-def _compose(later, earlier):
-  """(earlier o later): a -> x_e + c_e * (x_l + c_l * a)."""
-  c_l, x_l = later
-  c_e, x_e = earlier
-  return c_e * c_l, x_e + c_e * x_l
-
-
-def _solve_associative(x: Array, factors: Tuple[Array, ...], cuts: Tuple[Array, ...],
-                       init: Optional[Array]) -> Array:
-  c = jnp.ones((), x.dtype)
-  for f in factors:
-    c = c * f
-  for cut in cuts:
-    c = jnp.where(cut, jnp.zeros((), x.dtype), c)
-  # Keep c at its own (often [T, 1, ...]) shape: the compositions broadcast it.
-  c = jnp.reshape(c, c.shape + (1,) * (x.ndim - c.ndim))
-  c = jnp.broadcast_to(c, x.shape[:1] + c.shape[1:])
-  if init is not None:
-    x = x.at[-1].add(c[-1] * init)  # fold A_T into the last map: the scan starts at 0
-  _, out = jax.lax.associative_scan(_compose, (c, x), reverse=True, axis=0)
-  return out
-
-
-def _solve(x, factors, cuts, init, method):
-  """A_t = x_t + c_t A_{t+1}, A_T = init (None: 0); c_t = prod(factors)_t, 0 where cut_t."""
-  factors = tuple(jnp.asarray(f).astype(x.dtype) for f in factors)
-  cuts = [c.astype(bool) for c in cuts if c is not None]
-  # One flag row per step is cheaper for the scan to read than two.
-  cuts = (functools.reduce(jnp.logical_or, cuts),) if cuts else ()
-  solver = _solve_associative if method == "associative" else _solve_scan
-  return solver(x, factors, cuts, init)
+# The estimators: each builds `x` and the factors of the recurrence (credit_jax/
+# recurrence.py solves it).
 
 
 def _boundary_terms(values, discounts, terminated, truncated, final_values, dtype):
@@ -301,8 +185,8 @@ def _boundary_terms(values, discounts, terminated, truncated, final_values, dtyp
 
 
 def _td_impl(rewards, discounts, values, terminated, truncated, final_values, stop):
-  dtype = _dtype(rewards, values)
-  discounts = _per_step(discounts, rewards.shape, dtype)
+  dtype = compute_dtype(rewards, values)
+  discounts = per_step(discounts, rewards.shape, dtype)
   values = values.astype(dtype)
   bootstrap = _boundary_terms(values, discounts, terminated, truncated, final_values,
                              dtype)
@@ -321,15 +205,15 @@ def _gae_impl(rewards, discounts, values, lambda_, terminated, truncated, final_
     live_v = values[:-1] - jax.lax.stop_gradient(values[:-1])
     rewards, discounts, values, lambda_, final_values = jax.tree.map(
         jax.lax.stop_gradient, (rewards, discounts, values, lambda_, final_values))
-  dtype = _dtype(rewards, values)
+  dtype = compute_dtype(rewards, values)
   shape = rewards.shape
-  discounts = _per_step(discounts, shape, dtype)
-  lambda_ = _per_step(lambda_, shape, dtype)
+  discounts = per_step(discounts, shape, dtype)
+  lambda_ = per_step(lambda_, shape, dtype)
   values = values.astype(dtype)
   bootstrap = _boundary_terms(values, discounts, terminated, truncated, final_values,
                              dtype)
   x = rewards.astype(dtype) + bootstrap - values[:-1]
-  adv = _solve(x, (discounts, lambda_), (terminated, truncated), None, method)
+  adv = solve(x, (discounts, lambda_), (terminated, truncated), None, method)
   return adv - live_v.astype(dtype) if stop else adv
 
 
@@ -348,9 +232,9 @@ _lambda_returns_jit = jax.jit(_lambda_returns_impl, static_argnames=("method", "
 
 def _discounted_impl(rewards, discounts, bootstrap_value, terminated, truncated,
                      final_values, method):
-  dtype = _dtype(rewards)
+  dtype = compute_dtype(rewards)
   shape = rewards.shape
-  discounts = _per_step(discounts, shape, dtype)
+  discounts = per_step(discounts, shape, dtype)
   x = rewards.astype(dtype)
   if truncated is not None:
     live = truncated.astype(bool)
@@ -358,7 +242,7 @@ def _discounted_impl(rewards, discounts, bootstrap_value, terminated, truncated,
       live = live & ~terminated.astype(bool)
     x = x + jnp.where(live, discounts * final_values.astype(dtype), jnp.zeros((), dtype))
   init = None if bootstrap_value is None else jnp.asarray(bootstrap_value, dtype)
-  return _solve(x, (discounts,), (terminated, truncated), init, method)
+  return solve(x, (discounts,), (terminated, truncated), init, method)
 
 
 _discounted_jit = jax.jit(_discounted_impl, static_argnames="method")

@@ -111,3 +111,42 @@ def test_two_hooks_cannot_own_one_entry():
   empty = hooks.Hooks()
   assert empty.init_keys == 0 and empty.init() == {}
   assert empty.env_params({}, 5, 0, jax.random.PRNGKey(0)) == (5, ())
+
+
+# Every recipe of the registry, every feature of the registry (credit_jax/addons/features.py):
+# a feature a recipe does not list in its HOOKS is refused by validate_config, naming the
+# feature's own field; one it lists is not refused as "does not take".
+
+
+def _enable(c, name):
+  from credit_jax.addons import curriculum, gigpo, prm, tree_groups, vine_ppo
+  if name == "curriculum":
+    curriculum.add_config(c)
+    c.curriculum.kind = "fixed"
+  elif name == "prm":
+    c.prm = prm.default_config()
+  else:
+    {"vine": vine_ppo, "gigpo": gigpo, "tree": tree_groups}[name].add_config(c)
+  return c
+
+
+@pytest.mark.parametrize("algo", ["ppo", "grpo", "reinforce", "dqn", "grpo_hindsight",
+                                  "search_then_train", "hierarchy", "token_agent"])
+def test_every_recipe_refuses_the_features_it_does_not_take(algo):
+  from credit_jax.addons import features
+  from credit_jax.algos import RECIPES
+  module = RECIPES[algo]
+  accepts = tuple(getattr(module, "HOOKS", ()))
+  assert set(accepts) <= {f.name for f in features.FEATURES}
+  for feature in features.FEATURES:
+    c = _enable(module.default_config(), feature.name)
+    assert feature.enabled(c), feature.name
+    if feature.name in accepts:
+      try:
+        module.validate_config(c)
+      except ConfigError as e:   # an accepted feature may still reject its settings here
+        assert "does not take" not in str(e), str(e)
+      continue
+    with pytest.raises(ConfigError, match=f"config.{feature.field}: the {algo} recipe "
+                       f"does not take the {feature.name} hook"):
+      module.validate_config(c)

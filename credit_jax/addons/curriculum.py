@@ -44,6 +44,7 @@ from flax import struct
 
 from credit_jax import envs
 from credit_jax.config import ConfigError, require
+from credit_jax.addons import hooks
 from credit_jax.envs import base, keychain
 
 KINDS = ("none", "fixed", "gated", "plr")
@@ -70,15 +71,6 @@ def add_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 def enabled(config) -> bool:
   cc = config.get("curriculum")
   return cc is not None and cc.kind != "none"
-
-
-def refuse(config, recipe: str) -> None:
-  """Raises `ConfigError` naming `curriculum.kind` when `config` enables a
-  curriculum: for the recipes that do not run one (`recipe` names it in the message)."""
-  require(not enabled(config), "curriculum.kind",
-                 f"the {recipe} recipe does not run a curriculum (GRPO and PPO do); "
-                 f"got kind={config.curriculum.kind if enabled(config) else None!r}, "
-                 f"use 'none' or drop the block")
 
 
 def validate(config, critic: bool = False) -> None:
@@ -403,3 +395,60 @@ def make_env(config):
   if window > 0:
     env = envs.HistoryWrapper(env, window)
   return env, params
+
+
+# ------------------------------------------------------------------------------ the hook
+
+class CurriculumFeature(hooks.Feature):
+  """The curriculum as a hook (`credit_jax/addons/hooks.py`): it replaces the environment
+  with one whose episode length is a param (`make_env`), sets that param per update
+  (slot `env_params`; PPO's first episodes start at stage 0 via `initial_env_params`) and
+  moves its state machine after the update (slot `observe`), adding `curriculum_stage`
+  and `curriculum_value` to the metrics. Its steps vary with the stage, so a recipe that
+  runs it reports the steps actually taken as `env_steps` (`Bound.counts_steps`)."""
+  name = "curriculum"
+  field = "curriculum.kind"
+
+  def enabled(self, config) -> bool:
+    return enabled(config)
+
+  def validate(self, config, recipe: hooks.Recipe) -> None:
+    if recipe.rollout == hooks.CONTINUING:
+      validate_ppo(config)
+    else:
+      validate(config, critic=recipe.critic)
+
+  def wrap_env(self, config, env, env_params):
+    del env, env_params
+    return make_env(config)
+
+  def bind(self, context: hooks.Context) -> hooks.Bound:
+    return _CurriculumBound(Curriculum(context.config, context.env_params),
+                            context.recipe.rollout == hooks.CONTINUING)
+
+
+class _CurriculumBound(hooks.Bound):
+  owns = ("curriculum",)
+  counts_steps = True
+
+  def __init__(self, cur: Curriculum, continuing: bool):
+    self.cur, self.continuing = cur, continuing
+
+  def init(self, key):
+    del key
+    return {"curriculum": self.cur.init()}
+
+  def initial_env_params(self, carry, env_params):
+    return self.cur.env_params(carry["curriculum"], env_params, 0)
+
+  def env_params(self, carry, env_params, update, key):
+    stage = self.cur.select(carry["curriculum"], update, key)
+    return self.cur.env_params(carry["curriculum"], env_params, stage), stage
+
+  def observe(self, carry, note, outcome: hooks.Outcome, metrics):
+    del metrics
+    score = None
+    if self.continuing and self.cur.score != "learnability":   # PPO's value-loss scores
+      score = value_loss_score(outcome.advantages, self.cur.score)
+    new = self.cur.observe(carry["curriculum"], note, outcome.success, score)
+    return {"curriculum": new}, self.cur.metrics(new, note)

@@ -66,7 +66,7 @@ credit) needs no change to a recipe's program:
      shaped `signal`, the critic's `values` (None without one), the recipe's own
      `advantages` (GAE or group advantages, to combine with or to replace), the policy
      `params` that collected the rollout, `hp` and a `key`; the policy itself is
-     `context.agent.policy()` (`credit_jax/nets/agent.py`). It returns `(advantages
+     `context.agent.policy()` (`features.bind`). It returns `(advantages
      [T, B...], carry, metrics)`, its simulated steps as metric `env_steps`.
      A learned estimator (HCA/COCOA) keeps its model in `init`'s carry and trains it in
      `observe`; a reward redistribution (RUDDER) fills `shape_rewards` instead.
@@ -122,7 +122,7 @@ class Context(NamedTuple):
   recipe: Recipe
   env: Any               # the environment the recipe rolls out (wrapped)
   env_params: Any
-  agent: Any             # the recipe's networks (`credit_jax/nets/agent.py`)
+  agent: Any             # `.policy()` the rollout policy, `.network` the flax network or None
   batch: int             # environments per rollout (PPO: num_envs; GRPO: num_tasks * K)
 
 
@@ -169,6 +169,9 @@ class Bound:
   """The per-run half of a feature; every slot defaults to doing nothing."""
   owns: Tuple[str, ...] = ()   # the TrainState.aux entries `init` returns (its carry)
   init_key = False             # whether `init` draws from its key
+  # The recipe reports the steps it took as metric `env_steps` (the number varies: a
+  # curriculum's episode lengths); estimators and rollout replacements always do.
+  counts_steps = False
   measure: Optional[Measure] = None
 
   def init(self, key) -> Dict[str, Any]:
@@ -287,6 +290,12 @@ class Hooks:
     if len(owned) != len(set(owned)):
       raise ValueError(f"two hooks claim one aux entry: {sorted(owned)}")
     self.measures = tuple(b.measure for b in self.bound if b.measure is not None)
+
+  @property
+  def counts_steps(self) -> bool:
+    """Whether the recipe reports metric `env_steps` (its steps plus the hooks')."""
+    return any(b.counts_steps or b.advantages is not None or b.collect is not None
+               for b in self.bound)
 
   @property
   def init_keys(self) -> int:

@@ -44,6 +44,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from credit_jax.addons import hooks
+from credit_jax.config import require
 # The labels and the model live in their own modules; their names are part of `prm`.
 from credit_jax.addons.prm_labels import (analytic_uniform_success, demo_data, demo_policy,
                                           mc_labels, policy_mc_labels, run_episodes,
@@ -318,6 +320,58 @@ def make_step_shaper(config, env, env_params, network=None) -> Optional[Shaper]:
   return Shaper(init=init, shape=shape, hparams=_hparams(pc), probs=probs_fn)
 
 
+class PrmFeature(hooks.Feature):
+  """PRM shaping as a hook (`credit_jax/addons/hooks.py`), slot `shape_rewards`: GRPO's
+  episode scores (`make_shaper`) or PPO's per-step rewards (`make_step_shaper`), the PRM
+  in `TrainState.aux` (`prm_params`; PPO also `prm_prev`, `prm_start`), its weights
+  traced hparams. Its `init` draws from the key the recipe gives the hooks."""
+  name = "prm"
+  field = "prm.enabled"
+
+  def enabled(self, config) -> bool:
+    return config.get("prm") is not None and bool(config.prm.get("enabled", False))
+
+  def validate(self, config, recipe: hooks.Recipe) -> None:
+    validate_config(config.prm, require)
+    if recipe.rollout == hooks.CONTINUING:
+      kind = str(config.get("network", {}).get("kind", "mlp"))
+      require(kind == "mlp", "network.kind", f"PRM shaping needs 'mlp', got {kind!r}")
+      require(config.prm.form in PPO_FORMS, "prm.form",
+              f"PPO shapes per step: one of {PPO_FORMS}, got {config.prm.form!r}")
+
+  def hparams(self, config) -> Dict[str, float]:
+    return _hparams(config.prm)
+
+  def bind(self, context: hooks.Context) -> hooks.Bound:
+    continuing = context.recipe.rollout == hooks.CONTINUING
+    make = make_step_shaper if continuing else make_shaper
+    shaper = make(context.config, context.env, context.env_params,
+                  getattr(context.agent, "network", None))
+    return _PrmBound(shaper, continuing)
+
+
+class _PrmBound(hooks.Bound):
+  init_key = True
+
+  def __init__(self, shaper: Shaper, continuing: bool):
+    self.shaper, self.continuing = shaper, continuing
+    self.owns = ("prm_params", "prm_prev", "prm_start") if continuing else ("prm_params",)
+
+  def init(self, key):
+    return self.shaper.init(key)
+
+  def shape_rewards(self, carry, signal, traj, hp, key, update, params):
+    if self.continuing:   # per-step rewards [T, B] for GAE
+      rewards, carry, metrics, _ = self.shaper.shape(
+          carry, traj._replace(rewards=signal.rewards), None, hp, key, update, params)
+      return signal._replace(rewards=rewards), carry, metrics
+    scores, carry, metrics, bonus = self.shaper.shape(carry, traj, signal.scores, hp, key,
+                                                      update, params)
+    if signal.bonus is not None:
+      bonus = signal.bonus + bonus
+    return signal._replace(scores=scores, bonus=bonus), carry, metrics
+
+
 def compounding(per_step_correct, valid):
   """Whole-trajectory judgement from per-step judgements `[T, B]` (bool, right or not).
 
@@ -333,7 +387,7 @@ def compounding(per_step_correct, valid):
   return a, jnp.mean(whole.astype(jnp.float32))
 
 
-__all__ = ["PRM", "Shaper", "aggregate", "analytic_uniform_success", "bce", "compounding",
+__all__ = ["PRM", "PrmFeature", "Shaper", "aggregate", "analytic_uniform_success", "bce", "compounding",
            "default_config", "demo_data", "demo_policy", "evaluate", "init_prm",
            "make_shaper", "make_step_shaper", "mc_labels", "policy_mc_labels", "rerank",
            "run_episodes", "shaped_scores", "step_deltas", "train_prm", "uniform_policy",

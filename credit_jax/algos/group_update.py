@@ -1,7 +1,8 @@
 """GRPO's update pieces shared by its MLP program (`grpo.py`) and its sequence-network
-program (`grpo_sequence.py`): the per-step group advantages (PRM shaping included) and the
-per-update metrics with the curriculum's step, and the minibatch epochs over whole groups.
-Both programs import them from here, so neither imports the other.
+program (`grpo_sequence.py`): the hooks' slots before the update (this update's env
+params; shaped scores and group advantages), the minibatch epochs over whole groups, and
+the per-update metrics with the hooks' `observe`. Both programs import them from here, so
+neither imports the other.
 """
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import jax
 import jax.numpy as jnp
 
 from credit_jax import baselines
-from credit_jax.addons import curriculum
+from credit_jax.addons import curriculum, hooks as hooks_lib
 from credit_jax.algos import optim
 
-__all__ = ["optimise", "step_advantages", "update_metrics"]
+__all__ = ["episode_metrics", "finish", "optimise", "step_advantages"]
 
 
 def optimise(loss_fn, state, aux, data, hp, k_perm, *, anneal_lr: bool, num_updates: int,
@@ -32,49 +33,54 @@ def optimise(loss_fn, state, aux, data, hp, k_perm, *, anneal_lr: bool, num_upda
   return params, opt_state, metrics, lr
 
 
-def step_advantages(shaper, kind: str, aux, traj, returns, hp, k_perm, update,
-                    policy_params=None):
-  """GRPO's per-step advantages, PRM shaping included (shared by both GRPO programs).
+def episode_metrics(valid, returns, lr):
+  """`lr`, mean episode `return` and mean `episode_length` of a group rollout, all `[]`:
+  `valid [T, N, K]`, `returns [N, K]`, `lr []`."""
+  return {"lr": lr, "return": returns.mean(),
+          "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()}
+
+
+def step_advantages(hooks: hooks_lib.Hooks, aux, traj, kind: str, hp, k_perm, update,
+                    params):
+  """GRPO's per-step advantages after the hooks' `shape_rewards` (PRM shaping).
 
   Args:
-    shaper: `prm.make_shaper`'s shaper, or None (no shaping).
-    traj: the groups' trajectory, leaves `[T, N, K]`; returns: `[N, K]` episode returns.
+    hooks: the run's `Hooks`; traj: the groups' trajectory, leaves `[T, N, K]`.
+    k_perm: the update's key (the shaping slot draws from `fold_in(k_perm, 2)`).
   Returns:
-    `(step_adv [T, N, K], degenerate [N], aux, prm_metrics)`: the group advantage of each
-    episode's score (outcome_w * outcome + w * aggregated PRM when shaped) at every step,
-    plus the "step" form's per-step PRM credit; the PRM's key is `fold_in(k_perm, 2)`.
+    `(step_adv [T, N, K], degenerate [N], returns [N, K], signal, aux, metrics)`: the
+    group advantage of each episode's (shaped) score at every step, plus the signal's
+    per-step bonus where a hook adds one (PRM form "step").
   """
-  if returns.shape != traj.valid.shape[1:]:
-    raise ValueError(f"returns must be [N, K] = {traj.valid.shape[1:]}, got {returns.shape}")
-  scores, prm_metrics, bonus = returns, {}, None
-  if shaper is not None:   # PRM shaping (prm.py): outcome_w * outcome + w * agg PRM
-    scores, aux, prm_metrics, bonus = shaper.shape(
-        aux, traj, returns, hp, jax.random.fold_in(k_perm, 2), update, policy_params)
-  adv, degenerate = baselines.group_advantages(scores, kind=kind)             # [N, K], [N]
-  step_adv = jnp.broadcast_to(adv[None], traj.valid.shape)             # [T, N, K]
-  if bonus is not None:   # per-step PRM credit (form "step"; zeros otherwise)
-    step_adv = step_adv + bonus
-  return step_adv, degenerate, aux, prm_metrics
+  valid = traj.valid
+  returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
+  signal, aux, metrics = hooks.shape_rewards(
+      aux, hooks_lib.Signal(traj.rewards, scores=returns), traj, hp, k_perm, update, params)
+  adv, degenerate = baselines.group_advantages(signal.scores, kind=kind)  # [N, K], [N]
+  step_adv = jnp.broadcast_to(adv[None], valid.shape)                     # [T, N, K]
+  if signal.bonus is not None:
+    step_adv = step_adv + signal.bonus
+  return step_adv, degenerate, returns, signal, aux, metrics
 
 
-def update_metrics(metrics, aux, traj, returns, degenerate, lr, prm_metrics, cur, stage,
-                   with_success: bool):
-  """GRPO's per-update metrics and curriculum step (shared by both GRPO programs).
+def finish(hooks: hooks_lib.Hooks, aux, notes, metrics, hook_metrics, traj, returns,
+           step_adv, degenerate, lr, with_success: bool, rollout_steps=None):
+  """GRPO's per-update metrics, then the hooks' `observe` (a curriculum's step).
 
-  `traj` leaves `[T, N, K]`, `returns [N, K]`, `degenerate [N]`; `cur` the curriculum (or
-  None) and `stage` this update's stage. Returns `(aux, metrics)`.
+  `traj` leaves `[T, N, K]`, `returns [N, K]`, `step_adv [T, N, K]`, `degenerate [N]`;
+  `hook_metrics`: what the hooks' earlier slots reported; `rollout_steps`: the steps a
+  replaced rollout took (None: the valid steps). Returns `(aux, metrics)`.
   """
   valid = traj.valid
   if with_success:
     metrics["success"] = jnp.mean(
         curriculum.episode_success(traj, returns).astype(jnp.float32))
-  if cur:  # curriculum hook: promotion / priorities, and the steps actually taken
-    aux = {**aux, "curriculum": cur.observe(aux["curriculum"], stage, metrics["success"])}
-    metrics.update(cur.metrics(aux["curriculum"], stage),
-                   env_steps=jnp.sum(valid).astype(jnp.float32))
-  metrics.update({
-      "lr": lr, "return": returns.mean(),
-      "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
-      "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean(),
-      **prm_metrics})
-  return aux, metrics
+  metrics.update(episode_metrics(valid, returns, lr),
+                 degenerate_frac=jnp.mean(degenerate.astype(jnp.float32)))
+  if hooks.counts_steps:   # steps taken: the rollout's (a tree's own count) and the hooks'
+    steps = rollout_steps if rollout_steps is not None else jnp.sum(valid).astype(
+        jnp.float32)
+    hook_metrics = {**hook_metrics, "env_steps": steps + hook_metrics.get("env_steps", 0.0)}
+  metrics.update(hook_metrics)
+  return hooks.observe(aux, notes, hooks_lib.Outcome(metrics.get("success"), step_adv,
+                                                     traj), metrics)

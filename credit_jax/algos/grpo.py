@@ -48,19 +48,16 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from credit_jax.addons import curriculum, hooks as hooks_lib, prm, step_credit
-from credit_jax import nets, rollout
-from credit_jax.algos import train as train_lib, grpo_sequence, losses
-from credit_jax.algos import group_update
-from credit_jax.algos.group_update import step_advantages, update_metrics
-from credit_jax import episodes
+from credit_jax import episodes, nets, rollout
+from credit_jax.addons import features, hooks as hooks_lib
+from credit_jax.algos import group_update, grpo_sequence, losses, train as train_lib
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "kl_coef", "max_grad_norm")
 ADVANTAGES = ("grpo", "rloo", "drgrpo")
 AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
-# Hooks (credit_jax/addons/hooks.py) this recipe takes: step-level credit from restored
-# states (credit_jax/addons/step_credit.py).
-HOOKS = ("vine", "gigpo", "tree")
+# Hooks (credit_jax/addons/hooks.py, registry features.py) this recipe takes: a horizon
+# curriculum, PRM shaping, and step-level credit from restored states.
+HOOKS = ("curriculum", "prm", "vine", "gigpo", "tree")
 RECIPE = hooks_lib.Recipe("grpo", HOOKS, rollout=hooks_lib.GROUPS)
 
 
@@ -104,17 +101,13 @@ def validate_fields(config) -> None:
   req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
   for f in ("ent_coef", "kl_coef"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
-  if config.get("prm") is not None:   # optional PRM shaping (credit_jax/addons/prm.py)
-    prm.validate_config(config.prm, req)
-  curriculum.validate(config)
-  step_credit.check(config, RECIPE)
   # Recipes built on these fields (grpo_hindsight, search_then_train) run MLPs only.
   grpo_sequence.validate_network(config, config.get("algo", "grpo") == "grpo")
 
 
 def validate_config(config) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "grpo", validate_fields)
+  train_lib.validate(config, "grpo", validate_fields, RECIPE)
 
 
 def aggregate(x, valid, kind: str):
@@ -166,28 +159,22 @@ def make_train(config) -> train_lib.Train:
   validate_config(config)
   if grpo_sequence.network_kind(config) != "mlp":   # gru | transformer: with memory
     return grpo_sequence.make_train(config, HPARAMS, surrogate_loss, settings(config))
-  # Curriculum hook: the env's episode length becomes a traced param set per update.
-  env, env_params = (curriculum.make_env(config) if curriculum.enabled(config)
-                     else train_lib.make_env(config))
-  cur = curriculum.Curriculum(config, env_params) if curriculum.enabled(config) else None
-  env, env_params = step_credit.wrap_env(config, env, env_params)
+  env, env_params = features.wrap_env(config, *train_lib.make_env(config))
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)
   policy_fn = nets.make_policy_fn(network)
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
    kind, agg) = settings(config)
-  hooks = step_credit.bind(config, RECIPE, env, env_params, policy_fn, num_tasks * group)
-  shaper = prm.make_shaper(config, env, env_params, network)  # None unless prm.enabled
+  hooks = features.bind(config, RECIPE, env, env_params, policy_fn, num_tasks * group,
+                        network)
 
   def init_fn(key, hp):
     # The reference policy is the initial one, frozen; it rides in the state so a
     # resumed run penalises the same reference.
     def aux_fn(params, *keys):
       aux = {"ref_params": params} if use_kl else {}
-      if cur:
-        aux["curriculum"] = cur.init()
-      return {**aux, **shaper.init(keys[0])} if shaper is not None else aux
+      return {**aux, **hooks.init(keys[0] if keys else None)}
     return train_lib.init_train_state(network, key, obs_shape, hp, optimizer, aux_fn,
-                                   aux_keys=1 if shaper is not None else 0)
+                                      aux_keys=hooks.init_keys)
 
   def loss_fn(params, mb, ref_params, hp):
     logits, _ = network.apply(params, mb["obs"])                       # [T, n, K, A]
@@ -196,43 +183,31 @@ def make_train(config) -> train_lib.Train:
 
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)
-    aux, roll_params = state.aux, env_params
-    if cur:  # curriculum hook: this update's episode length
-      stage = cur.select(aux["curriculum"], state.update, jax.random.fold_in(k_perm, 1))
-      roll_params = cur.env_params(aux["curriculum"], env_params, stage)
-    traj, aux, rollout_metrics = hooks.collect(aux, rollout.collect_groups,
-                                               hooks_lib.CollectInput(
+    roll_params, notes = hooks.env_params(state.aux, env_params, state.update, k_perm)
+    traj, aux, roll_metrics = hooks.collect(state.aux, rollout.collect_groups,
+                                            hooks_lib.CollectInput(
         env, roll_params, policy_fn, state.params, k_roll, num_tasks, group, horizon))
-    valid = traj.valid                                                 # [T, N, K]
-    returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
-    step_adv, degenerate, aux, prm_metrics = step_advantages(
-        shaper, kind, aux, traj, returns, hp, k_perm, state.update, state.params)
-    step_adv, aux, hook_metrics = hooks.advantages(aux, hooks_lib.EstimatorInput(
-        traj, hooks_lib.Signal(traj.rewards, scores=returns), None, step_adv,
-        state.params, hp, k_perm))
-    if hooks.names:   # steps taken: the rollout's (a tree's own count) and the hooks'
-      hook_metrics = {**hook_metrics, "env_steps": rollout_metrics.get(
-          "env_steps", jnp.sum(valid).astype(jnp.float32)) + hook_metrics.get(
-              "env_steps", 0.0)}
-    prm_metrics = {**prm_metrics, **hook_metrics}
+    step_adv, degenerate, returns, signal, aux, hook_metrics = group_update.step_advantages(
+        hooks, aux, traj, kind, hp, k_perm, state.update, state.params)
+    step_adv, aux, est_metrics = hooks.advantages(aux, hooks_lib.EstimatorInput(
+        traj, signal, None, step_adv, state.params, hp, k_perm))
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
-            "advantages": step_adv, "valid": valid}
+            "advantages": step_adv, "valid": traj.valid}
     params, opt_state, metrics, lr = group_update.optimise(
         loss_fn, state, aux, data, hp, k_perm, anneal_lr=bool(config.anneal_lr),
         num_updates=n_updates, num_epochs=n_epochs, num_minibatches=n_mb,
         optimizer=optimizer)
-    aux, metrics = update_metrics(metrics, aux, traj, returns, degenerate, lr, prm_metrics,
-                                  cur, stage if cur else None, with_success)
+    aux, metrics = group_update.finish(
+        hooks, aux, notes, metrics, hooks_lib.merge_metrics(hook_metrics, est_metrics),
+        traj, returns, step_adv, degenerate, lr, with_success, roll_metrics.get("env_steps"))
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
-                             update=state.update + 1, aux=aux), metrics
+                                update=state.update + 1, aux=aux), metrics
 
   return train_lib.attach_evaluation(train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
-      default_hparams={**{k: config[k] for k in HPARAMS},
-                       **(shaper.hparams if shaper is not None else {}),
-                       **step_credit.hparams(config)}, num_updates=n_updates,
+      default_hparams={**{k: config[k] for k in HPARAMS}, **features.hparams(config)},
+      num_updates=n_updates,
       env_steps_per_update=(num_tasks * group
                             * train_lib.episode_steps(config, env, env_params)),
       headline=(("success",) if with_success else ("return",)) + ("degenerate_frac",)),
       env, env_params, network)
-

@@ -42,9 +42,8 @@ import jax.numpy as jnp
 import ml_collections
 
 from credit_jax import baselines, envs
-from credit_jax.addons import curriculum
 from credit_jax import envs, hindsight, nets, rollout
-from credit_jax.algos import train as train_lib, dqn, grpo, losses
+from credit_jax.algos import dqn, group_update, grpo, losses, train as train_lib
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "relabel_weight",
            "relabel_threshold", "relabel_ramp", "rho_clip", "importance_weighted")
@@ -86,14 +85,11 @@ def default_config() -> ml_collections.ConfigDict:
   c.relabel_ramp = 0.3            # it fades out over [threshold - ramp, threshold]
   c.rho_clip = 1.0                # largest importance weight, "iw" mode (a traced hparam)
   c.chunk_updates = 25            # updates per compiled call (one progress line each)
-  c.checkpoint_every = 0          # updates between checkpoints (k * chunk_updates); 0: at the end
-  c.keep_checkpoints = 1          # newest checkpoints kept
-  return c
+  return train_lib.checkpoint_at_end(c)
 
 
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first recipe-specific field that cannot run."""
-  curriculum.refuse(config, "grpo_hindsight")   # a `curriculum` block is refused, not ignored
   grpo.validate_fields(config)
   req = train_lib.require
   req(config.relabel in MODES, "relabel", f"must be one of {MODES}, got {config.relabel!r}")
@@ -192,19 +188,14 @@ def make_train(config) -> train_lib.Train:
                                         hp["relabel_threshold"], hp["relabel_ramp"])
     rel_data, rel_metrics = relabeled_examples(state, traj, returns, k_rel, weight, hp)
     data = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=3), data, rel_data)
-    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-
     # Minibatches split the task axis (axis 1), so groups and their relabels stay whole.
-    params, opt_state, metrics = train_lib.minibatch_epochs(
-        lambda p, mb: loss_fn(p, mb, hp), state.params, state.opt_state, data, k_perm,
-        num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
-        max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
-    metrics.update(rel_metrics)
-    metrics.update({
-        "lr": lr, "return": returns.mean(), "success": success, "success_ema": ema,
-        "relabel_weight": weight,
-        "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
-        "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()})
+    params, opt_state, metrics, lr = group_update.optimise(
+        lambda p, mb, _, hp: loss_fn(p, mb, hp), state, {}, data, hp, k_perm,
+        anneal_lr=bool(config.anneal_lr), num_updates=n_updates, num_epochs=n_epochs,
+        num_minibatches=n_mb, optimizer=optimizer)
+    metrics.update({**rel_metrics, **group_update.episode_metrics(valid, returns, lr),
+                    "success": success, "success_ema": ema, "relabel_weight": weight,
+                    "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32))})
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux={"success_ema": ema}), metrics
 

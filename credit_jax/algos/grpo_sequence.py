@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from credit_jax.addons import curriculum, prm
+from credit_jax.addons import features, hooks as hooks_lib
 from credit_jax import rollout
 from credit_jax.nets import sequence as sn
 from credit_jax.algos import train as train_lib, group_update, ppo_sequence
@@ -89,17 +89,15 @@ def replay_logits(network, params, traj_obs, prev_actions, prev_rewards, starts)
 def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
                static: tuple) -> train_lib.Train:
   """`Train` for GRPO with a sequence network; `grpo.make_train` calls it (validated)
-  with its loss (`grpo.surrogate_loss`) and static settings (`grpo.settings(config)`)."""
-  # Curriculum hook (credit_jax/addons/curriculum.py), as grpo.py: the env's episode length is
-  # a traced param set per update.
-  env, env_params = (curriculum.make_env(config) if curriculum.enabled(config)
-                     else train_lib.make_env(config))
-  cur = curriculum.Curriculum(config, env_params) if curriculum.enabled(config) else None
+  with its loss (`grpo.surrogate_loss`) and static settings (`grpo.settings(config)`).
+  The hooks (a curriculum, PRM shaping) fill the slots they fill in `grpo.py`."""
+  env, env_params = features.wrap_env(config, *train_lib.make_env(config))
   network, obs_shape = ppo_sequence.make_network(config, env, env_params)
   policy = sn.make_sequence_policy(network, value=False)
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
    kind, agg) = static
-  shaper = prm.make_shaper(config, env, env_params)   # None unless config.prm.enabled
+  recipe = hooks_lib.Recipe("grpo", ("curriculum", "prm"), rollout=hooks_lib.GROUPS)
+  hooks = features.bind(config, recipe, env, env_params, policy, num_tasks * group)
 
   def init_fn(key, hp):
     k_params, k_run, k_prm = jax.random.split(key, 3)
@@ -107,12 +105,9 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
     opt_state = optimizer.init(params, hp["max_grad_norm"])
     # The reference policy is the initial one, frozen, riding in the state.
     aux = {"ref_params": params} if use_kl else {}
-    if cur:
-      aux["curriculum"] = cur.init()
-    if shaper is not None:
-      aux.update(shaper.init(k_prm))
+    aux.update(hooks.init(k_prm))
     return train_lib.TrainState(params=params, opt_state=opt_state, key=k_run,
-                             update=jnp.zeros((), jnp.int32), aux=aux)
+                                update=jnp.zeros((), jnp.int32), aux=aux)
 
   def loss_fn(params, mb, ref_params, hp):
     inputs = (mb["obs"], mb["prev_actions"], mb["prev_rewards"], mb["starts"])
@@ -122,36 +117,29 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
 
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)
-    aux, roll_params = state.aux, env_params
-    if cur:  # curriculum hook: this update's episode length
-      stage = cur.select(aux["curriculum"], state.update, jax.random.fold_in(k_perm, 1))
-      roll_params = cur.env_params(aux["curriculum"], env_params, stage)
+    roll_params, notes = hooks.env_params(state.aux, env_params, state.update, k_perm)
     traj = rollout.collect_groups(env, roll_params, policy, state.params, k_roll,
                                   num_tasks, group, horizon)            # [T, N, K]
-    valid = traj.valid
     start = PolicyState(carry=None, prev_action=jnp.full((num_tasks, group), -1, jnp.int32),
                         prev_reward=jnp.zeros((num_tasks, group), jnp.float32))
     prev_a, prev_r, starts = rollout.sequence_inputs(traj, start)
-    returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
-    step_adv, degenerate, aux, prm_metrics = group_update.step_advantages(
-        shaper, kind, aux, traj, returns, hp, k_perm, state.update)
+    step_adv, degenerate, returns, _, aux, hook_metrics = group_update.step_advantages(
+        hooks, state.aux, traj, kind, hp, k_perm, state.update, state.params)
     data = {"obs": traj.obs, "prev_actions": prev_a, "prev_rewards": prev_r,
             "starts": starts, "actions": traj.actions, "log_probs": traj.log_probs,
-            "advantages": step_adv, "valid": valid}
+            "advantages": step_adv, "valid": traj.valid}
     params, opt_state, metrics, lr = group_update.optimise(   # every episode stays whole
         loss_fn, state, aux, data, hp, k_perm, anneal_lr=bool(config.anneal_lr),
         num_updates=n_updates, num_epochs=n_epochs, num_minibatches=n_mb,
         optimizer=optimizer)
-    aux, metrics = group_update.update_metrics(metrics, aux, traj, returns, degenerate, lr,
-                                       prm_metrics, cur, stage if cur else None,
-                                       with_success)
+    aux, metrics = group_update.finish(hooks, aux, notes, metrics, hook_metrics, traj,
+                                       returns, step_adv, degenerate, lr, with_success)
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
-                             update=state.update + 1, aux=aux), metrics
+                                update=state.update + 1, aux=aux), metrics
 
   return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
-      default_hparams={**{k: config[k] for k in hparam_names},
-                       **(shaper.hparams if shaper is not None else {})},
+      default_hparams={**{k: config[k] for k in hparam_names}, **features.hparams(config)},
       num_updates=n_updates,
       env_steps_per_update=(num_tasks * group
                             * train_lib.episode_steps(config, env, env_params)),

@@ -49,9 +49,8 @@ import ml_collections
 import numpy as np
 from gymnax.environments import environment, spaces
 
-from credit_jax.addons import curriculum
 from credit_jax import nets, rollout
-from credit_jax.algos import train as train_lib, losses
+from credit_jax.algos import group_update, losses, train as train_lib
 from credit_jax.types import PresampledPolicy
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "manager_gamma", "relabel_weight")
@@ -87,7 +86,6 @@ def default_config() -> ml_collections.ConfigDict:
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first recipe-specific field that cannot run."""
   req = train_lib.require
-  curriculum.refuse(config, "hierarchy")
   req(config.env_name == "GoalGrid-v0", "env_name",
       f"the manager picks grid cells: GoalGrid-v0 only, got {config.env_name!r}")
   req(int(config.group_size) >= 2, "group_size",
@@ -395,17 +393,13 @@ def make_train(config) -> train_lib.Train:
     valid = traj.valid
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, G]
     data, extra = build_data(pair, state.params, traj, hp, k, relabel)
-    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-    params, opt_state, metrics = train_lib.minibatch_epochs(
-        lambda p, mb: loss_fn(p, mb, hp), state.params, state.opt_state, data, k_perm,
-        num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
-        max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
-    metrics.update(extra)
-    metrics.update({
-        "lr": lr, "return": returns.mean(),
-        "success": jnp.mean((returns > 0).astype(jnp.float32)),
-        "env_steps": jnp.sum(valid).astype(jnp.float32),
-        "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()})
+    params, opt_state, metrics, lr = group_update.optimise(   # every group stays whole
+        lambda p, mb, _, hp: loss_fn(p, mb, hp), state, {}, data, hp, k_perm,
+        anneal_lr=bool(config.anneal_lr), num_updates=n_updates, num_epochs=n_epochs,
+        num_minibatches=n_mb, optimizer=optimizer)
+    metrics.update({**extra, **group_update.episode_metrics(valid, returns, lr),
+                    "success": jnp.mean((returns > 0).astype(jnp.float32)),
+                    "env_steps": jnp.sum(valid).astype(jnp.float32)})
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux={}), metrics
 

@@ -39,17 +39,15 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from credit_jax import returns
-from credit_jax.addons import curriculum, hooks as hooks_lib, prm, step_credit
-from credit_jax import nets, rollout
-from credit_jax.algos import train as train_lib, losses, ppo_critics, ppo_sequence
-from credit_jax import episodes
+from credit_jax import episodes, nets, returns, rollout
+from credit_jax.addons import features, hooks as hooks_lib
+from credit_jax.algos import losses, ppo_critics, ppo_sequence, train as train_lib
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
 NETWORK_KINDS = ("mlp", "gru", "transformer")
-# Hooks (credit_jax/addons/hooks.py) this recipe takes: VinePPO's Monte-Carlo advantages
-# (credit_jax/addons/step_credit.py).
-HOOKS = ("vine",)
+# Hooks (credit_jax/addons/hooks.py, registry features.py) this recipe takes, with its
+# MLP program: a horizon curriculum, PRM shaping, VinePPO's Monte-Carlo advantages.
+HOOKS = ("curriculum", "prm", "vine")
 RECIPE = hooks_lib.Recipe("ppo", HOOKS, rollout=hooks_lib.CONTINUING, critic=True)
 
 
@@ -119,25 +117,15 @@ def validate_fields(config) -> None:
   if kind != "mlp":
     ppo_sequence.validate_config(config)
   ppo_critics.validate_fields(config)
-  curriculum.validate_ppo(config)   # curriculum hook (credit_jax/addons/curriculum.py)
-  step_credit.check(config, RECIPE)
-  req(not (step_credit.enabled(config) and ppo_critics.separate_critic(config)),
-      "network.critic_kind", "the vine hook runs with PPO's own value head only: set "
-      "network.critic_kind='same' and network.critic_oracle=False")
-  prm_on = config.get("prm") is not None and bool(config.prm.get("enabled", False))
-  if config.get("prm") is not None:   # optional PRM shaping (credit_jax/addons/prm.py)
-    prm.validate_config(config.prm, req)
-    req(kind == "mlp" or not prm_on, "network.kind", "PRM shaping needs 'mlp'")
-    req(not prm_on or config.prm.form in prm.PPO_FORMS, "prm.form",
-        f"PPO shapes per step: one of {prm.PPO_FORMS}, got {config.prm.form!r}")
-  req(not ((curriculum.enabled(config) or prm_on) and ppo_critics.separate_critic(config)),
-      "network.critic_kind", "a curriculum or PRM shaping runs with PPO's own value head "
-      "only: set network.critic_kind='same' and network.critic_oracle=False")
+  on = features.enabled(config)
+  req(not (on and ppo_critics.separate_critic(config)), "network.critic_kind",
+      f"the hooks ({', '.join(on)}) run with PPO's own value head only: set "
+      f"network.critic_kind='same' and network.critic_oracle=False")
 
 
 def validate_config(config) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "ppo", validate_fields)
+  train_lib.validate(config, "ppo", validate_fields, RECIPE)
 
 
 def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
@@ -216,116 +204,68 @@ def make_train(config) -> train_lib.Train:
         config, HPARAMS, num_updates(config), advantages_with_boundaries))
   if network_kind(config) != "mlp":
     return ppo_sequence.make_train(config, HPARAMS, num_updates(config))
-  # Curriculum hook: the episode length becomes a traced param set per update.
-  cur_on = curriculum.enabled(config)
-  env, env_params = (curriculum.make_env(config) if cur_on else train_lib.make_env(config))
-  cur = curriculum.Curriculum(config, env_params) if cur_on else None
-  env, env_params = step_credit.wrap_env(config, env, env_params)
+  env, env_params = features.wrap_env(config, *train_lib.make_env(config))
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=True)
-  # The rollout samples actions only; values come from one pass after it.
-  policy_fn = nets.make_policy_fn(network, value=False)
-  hooks = step_credit.bind(config, RECIPE, env, env_params, policy_fn,
-                           int(config.num_envs))
-  n_updates = num_updates(config)
+  policy_fn = nets.make_policy_fn(network, value=False)  # values: one pass after the rollout
   num_envs, num_steps = int(config.num_envs), int(config.num_steps)
-  batch = num_envs * num_steps
-  n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
+  hooks = features.bind(config, RECIPE, env, env_params, policy_fn, num_envs, network)
+  n_updates, batch = num_updates(config), num_envs * num_steps
   optimizer = train_lib.make_optimizer(config)
   with_success = episodes.has_success(config)
-  clip_value = bool(config.clip_value_loss)
-  gae_method = str(config.gae_method)
-  # Bootstrapping needs the value of a step's final_obs only where the time limit cut
-  # the episode; at most this many times per env and rollout (None: unknown, all rows).
+  # A step's final_obs is valued only where the time limit cut its episode: at most this
+  # many times per env and rollout (None: unknown, every row).
   max_truncations = rollout.max_truncations(env, env_params, num_steps)
-  shaper = prm.make_step_shaper(config, env, env_params, network)  # None unless prm.enabled
 
   def init_aux(params, k_env):
-    del params
-    carry = cur.init() if cur else None   # curriculum hook: first episodes at stage 0
-    obs, env_state = rollout.reset(
-        env, cur.env_params(carry, env_params, 0) if cur else env_params, k_env, num_envs)
-    aux = {"env_state": env_state, "obs": obs,
-           "running_return": jnp.zeros((num_envs,), jnp.float32),
-           "last_return": jnp.zeros((), jnp.float32)}
-    if with_success:
-      aux.update(running_hits=jnp.zeros((num_envs,), jnp.float32),
-                 last_success=jnp.zeros((), jnp.float32))
-    if cur:
-      aux["curriculum"] = carry
-    if shaper is not None:   # PRM hook: its params and per-env carry (prm.py)
-      aux.update(shaper.init(jax.random.fold_in(k_env, 2)))
-    return aux
-
-  def init_fn(key, hp):
-    return train_lib.init_train_state(network, key, obs_shape, hp, optimizer, init_aux,
-                                   aux_keys=1)
+    aux = hooks.init(jax.random.fold_in(k_env, 2) if hooks.init_keys else None)
+    obs, env_state = rollout.reset(env, hooks.initial_env_params(aux, env_params), k_env,
+                                   num_envs)
+    return {**aux, **episodes.continuing_init(num_envs, with_success),
+            "env_state": env_state, "obs": obs}
 
   def loss_fn(params, mb, hp):
     logits, values = network.apply(params, mb["obs"])
-    return losses.ppo_objective(logits, values, mb, hp, clip_value)
+    return losses.ppo_objective(logits, values, mb, hp, bool(config.clip_value_loss))
 
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)
     params, aux = state.params, state.aux
-    roll_params = env_params
-    if cur:  # curriculum hook: the episode length of the episodes that start now
-      stage = cur.select(aux["curriculum"], state.update, jax.random.fold_in(k_perm, 1))
-      roll_params = cur.env_params(aux["curriculum"], env_params, stage)
+    roll_params, notes = hooks.env_params(aux, env_params, state.update, k_perm)
     traj, (env_state, obs) = rollout.collect(env, roll_params, policy_fn, params, k_roll,
                                              aux["env_state"], aux["obs"], num_steps)
-    gae_traj, prm_aux, prm_metrics = traj, {}, {}
-    if shaper is not None:   # PRM hook: outcome_w * r_t + w * PRM term per step (prm.py)
-      shaped, prm_aux, prm_metrics, _ = shaper.shape(
-          aux, traj, None, hp, jax.random.fold_in(k_perm, 2), state.update, params)
-      gae_traj = traj._replace(rewards=shaped)
-      prm_aux = {k: prm_aux[k] for k in ("prm_params", "prm_prev", "prm_start")}
+    signal, aux, hook_metrics = hooks.shape_rewards(
+        aux, hooks_lib.Signal(traj.rewards), traj, hp, k_perm, state.update, params)
     advantages, values = advantages_with_boundaries(
-        lambda o: network.apply(params, o)[1], gae_traj, obs, hp["gamma"],
-        hp["gae_lambda"], gae_method, max_truncations)
-    advantages, _, hook_metrics = hooks.advantages({}, hooks_lib.EstimatorInput(
-        traj, hooks_lib.Signal(gae_traj.rewards), values, advantages, params, hp,
-        k_perm))
-    if hooks.names:   # steps taken: the rollout's and the hooks' (vines)
-      hook_metrics = {**hook_metrics, "env_steps": jnp.float32(batch) + hook_metrics.get(
-          "env_steps", 0.0)}
-    prm_metrics = {**prm_metrics, **hook_metrics}
+        lambda o: network.apply(params, o)[1], traj._replace(rewards=signal.rewards), obs,
+        hp["gamma"], hp["gae_lambda"], str(config.gae_method), max_truncations)
+    advantages, aux, est_metrics = hooks.advantages(aux, hooks_lib.EstimatorInput(
+        traj, signal, values, advantages, params, hp, k_perm))
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "values": values, "advantages": advantages, "targets": advantages + values}
     data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:]), data)
     lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-
     params, opt_state, metrics = train_lib.minibatch_epochs(
         lambda p, mb: loss_fn(p, mb, hp), params, state.opt_state, data, k_perm,
-        num_epochs=n_epochs, num_minibatches=n_mb, axis=0, lr=lr,
-        max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
-    running, mean_return, num_episodes = episodes.continuing_episode_stats(
-        traj.rewards, traj.dones, aux["running_return"], aux["last_return"])
-    metrics.update({"return": mean_return, "episodes": num_episodes, "lr": lr,
-                    "value_mean": values.mean(), "advantage_std": advantages.std(),
-                    **prm_metrics})
-    new_aux = {"env_state": env_state, "obs": obs, "running_return": running,
-               "last_return": mean_return, **prm_aux}
-    if with_success:
-      hits, success = episodes.continuing_episode_success(
-          episodes.success_signal(traj), traj.dones, aux["running_hits"],
-          aux["last_success"])
-      metrics["success"] = success
-      new_aux.update(running_hits=hits, last_success=success)
-    if cur:  # curriculum hook: promotion / priorities (success or value-loss score)
-      score = (None if cur.score == "learnability"
-               else curriculum.value_loss_score(advantages, cur.score))
-      new_aux["curriculum"] = cur.observe(aux["curriculum"], stage, success, score)
-      metrics.update(cur.metrics(new_aux["curriculum"], stage),
-                     env_steps=jnp.float32(batch))
-    aux = new_aux
+        num_epochs=int(config.update_epochs), num_minibatches=int(config.num_minibatches),
+        axis=0, lr=lr, max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
+    ep_metrics, ep_carry = episodes.continuing_update(
+        traj.rewards, traj.dones, aux, with_success, episodes.success_signal(traj))
+    metrics.update(lr=lr, value_mean=values.mean(), advantage_std=advantages.std(),
+                   **ep_metrics, **hooks_lib.merge_metrics(hook_metrics, est_metrics))
+    if hooks.counts_steps:   # steps taken: the rollout's and the hooks' (vines)
+      metrics["env_steps"] = jnp.float32(batch) + metrics.get("env_steps", 0.0)
+    aux, metrics = hooks.observe(aux, notes, hooks_lib.Outcome(
+        metrics.get("success"), advantages, traj), metrics)
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
-                             update=state.update + 1, aux=aux), metrics
+                                update=state.update + 1,
+                                aux={**aux, **ep_carry, "env_state": env_state,
+                                     "obs": obs}), metrics
 
   return ppo_critics.with_gae_gradient(config, train_lib.attach_evaluation(train_lib.Train(
-      config=config, init_fn=init_fn, update_fn=update_fn,
-      default_hparams={**{k: config[k] for k in HPARAMS},
-                       **(shaper.hparams if shaper is not None else {}),
-                       **step_credit.hparams(config)},
+      config=config, init_fn=lambda key, hp: train_lib.init_train_state(
+          network, key, obs_shape, hp, optimizer, init_aux, aux_keys=1),
+      update_fn=update_fn,
+      default_hparams={**{k: config[k] for k in HPARAMS}, **features.hparams(config)},
       num_updates=n_updates, env_steps_per_update=batch,
       headline=("success", "return") if with_success else ("return", "entropy")),
       env, env_params, network))

@@ -350,13 +350,9 @@ def make_train(config, hparam_names, n_updates: int, advantages_fn) -> train_lib
               "critic": critic.init(k_critic, obs_shape)}
     obs, env_state = rollout.reset(env, env_params, k_env, num_envs)
     aux = {"env_state": env_state, "obs": obs,
-           "running_return": jnp.zeros((num_envs,), jnp.float32),
-           "last_return": jnp.zeros((), jnp.float32)}
+           **episodes.continuing_init(num_envs, with_success)}
     if layout == "sequence":
       aux["policy_state"] = rollout.initial_policy_state(policy, num_envs)
-    if with_success:
-      aux.update(running_hits=jnp.zeros((num_envs,), jnp.float32),
-                 last_success=jnp.zeros((), jnp.float32))
     return train_lib.TrainState(params=params, opt_state=optimizer.init(params,
                                                                      hp["max_grad_norm"]),
                              key=k_run, update=jnp.zeros((), jnp.int32), aux=aux)

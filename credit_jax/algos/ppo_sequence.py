@@ -277,11 +277,7 @@ def make_train(config, hparam_names, n_updates: int) -> train_lib.Train:
     obs, env_state = rollout.reset(env, env_params, k_env, num_envs)
     aux = {"env_state": env_state, "obs": obs,
            "policy_state": rollout.initial_policy_state(policy, num_envs),
-           "running_return": jnp.zeros((num_envs,), jnp.float32),
-           "last_return": jnp.zeros((), jnp.float32)}
-    if with_success:
-      aux.update(running_hits=jnp.zeros((num_envs,), jnp.float32),
-                 last_success=jnp.zeros((), jnp.float32))
+           **episodes.continuing_init(num_envs, with_success)}
     return train_lib.TrainState(params=params, opt_state=opt_state, key=k_run,
                              update=jnp.zeros((), jnp.int32), aux=aux)
 

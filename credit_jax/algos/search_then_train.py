@@ -43,10 +43,9 @@ import jax.numpy as jnp
 import ml_collections
 
 from credit_jax import baselines
-from credit_jax.addons import curriculum
 from credit_jax import nets, rollout
 from credit_jax import search as search_lib
-from credit_jax.algos import train as train_lib, grpo, losses
+from credit_jax.algos import group_update, grpo, losses, train as train_lib
 from credit_jax import episodes
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "search_weight",
@@ -68,14 +67,11 @@ def default_config() -> ml_collections.ConfigDict:
   c.search_exploration = 1.25     # PUCT/UCB1 constant (a traced hparam)
   c.search_weight = 0.5           # weight of a searched episode's steps, in [0, 1] (traced)
 
-  c.checkpoint_every = 0          # updates between checkpoints (k * chunk_updates); 0: at the end
-  c.keep_checkpoints = 1          # newest checkpoints kept
-  return c
+  return train_lib.checkpoint_at_end(c)
 
 
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first recipe-specific field that cannot run."""
-  curriculum.refuse(config, "search_then_train")   # a `curriculum` block is refused, not ignored
   grpo.validate_fields(config)
   req = train_lib.require
   req(config.loss_aggregation == "token_mean", "loss_aggregation",
@@ -230,13 +226,11 @@ def make_train(config) -> train_lib.Train:
             "log_probs": with_member(traj.log_probs, member["log_probs"]),
             "advantages": jnp.broadcast_to(adv[None], all_valid.shape),
             "weights": weights}
-    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-
     # Minibatches split the task axis (axis 1), so every group stays whole.
-    params, opt_state, metrics = train_lib.minibatch_epochs(
-        lambda p, mb: loss_fn(p, mb, hp), state.params, state.opt_state, data, k_perm,
-        num_epochs=n_epochs, num_minibatches=n_mb, axis=1, lr=lr,
-        max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
+    params, opt_state, metrics, lr = group_update.optimise(
+        lambda p, mb, _, hp: loss_fn(p, mb, hp), state, {}, data, hp, k_perm,
+        anneal_lr=bool(config.anneal_lr), num_updates=n_updates, num_epochs=n_epochs,
+        num_minibatches=n_mb, optimizer=optimizer)
     metrics.update(search_metrics)
     # How far the update moved the policy towards the searched episodes.
     found = per_task["found"]
@@ -252,11 +246,10 @@ def make_train(config) -> train_lib.Train:
           "success": jnp.mean((returns > 0).astype(jnp.float32)),
           "greedy_success": jnp.mean((greedy_returns > 0).astype(jnp.float32))})
     metrics.update({
-        "lr": lr, "return": returns.mean(),
+        **group_update.episode_metrics(valid, returns, lr),
         "all_failed_frac": jnp.mean(failed.astype(jnp.float32)),
         "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
-        "sample_env_steps": jnp.sum(valid).astype(jnp.float32),
-        "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()})
+        "sample_env_steps": jnp.sum(valid).astype(jnp.float32)})
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=state.aux), metrics
 

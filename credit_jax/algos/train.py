@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from credit_jax.addons import critique
+from credit_jax.addons import critique, features, hooks
 from credit_jax.config import ConfigError, require
 from credit_jax import envs, nets
 from credit_jax.envs.base import MAX_STEPS
@@ -72,6 +72,14 @@ def base_config() -> ml_collections.ConfigDict:
   c.chunk_updates = 10            # updates per compiled call (one progress line each)
   c.checkpoint_every = 0          # updates between checkpoints (k * chunk_updates); 0: at the end
   c.keep_checkpoints = 3          # newest checkpoints kept
+  return c
+
+
+def checkpoint_at_end(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Sets `c` to checkpoint once, at the end of training, and keep that one; returns `c`
+  (recipes whose runs are short, or swept by the hundred)."""
+  c.checkpoint_every = 0          # updates between checkpoints (k * chunk_updates); 0: at the end
+  c.keep_checkpoints = 1          # newest checkpoints kept
   return c
 
 
@@ -212,19 +220,23 @@ def _check_rollout_horizon(config, env, env_params) -> None:
       f"--config.env_kwargs.horizon={horizon}")
 
 
-def validate(config, algo: str, fields_fn: Callable[[Any], None]) -> None:
-  """A recipe's whole `validate_config`: shared fields, the recipe's own, the environment.
+def validate(config, algo: str, fields_fn: Callable[[Any], None],
+             recipe: Optional[hooks.Recipe] = None) -> None:
+  """A recipe's whole `validate_config`: shared fields, the recipe's own, its hooks, the
+  environment.
 
   Raises `ConfigError` naming the first field that cannot run: `config.algo` must be
   `algo`, then the fields of `base_config()`, then `fields_fn(config)` (the recipe's own
-  fields), then the environment must be makeable with `config.env_kwargs`, and an
-  episodic recipe's rollout (`config.horizon`) must hold a whole episode. Nothing is
-  compiled.
+  fields), then the features (`credit_jax/addons/features.py`): one `recipe` does not
+  accept (`None`: a recipe that accepts none) is refused, an accepted one validated; then
+  the environment must be makeable with `config.env_kwargs`, and an episodic recipe's
+  rollout (`config.horizon`) must hold a whole episode. Nothing is compiled.
   """
   require(config.get("algo") == algo, "algo",
           f"this is the {algo!r} recipe's validation, got algo={config.get('algo')!r}")
   _validate_shared(config)
   fields_fn(config)
+  features.check(config, recipe if recipe is not None else hooks.Recipe(algo))
   _validate_env(config)
   if algo in EPISODIC and not int(config.get("retry_attempts", 0) or 0):
     env, env_params = make_env(config)

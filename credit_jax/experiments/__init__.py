@@ -22,6 +22,15 @@ when a figure is drawn, and no global state (plot backend, XLA flags) is touched
 """
 import importlib
 
+# The registry and its look-up, the shared pieces (`report`: files and figures, `cli`:
+# the scripts' entry point) and one package per study. Importing this package imports
+# none of them: `from credit_jax.experiments import prm` loads the one it names.
+__all__ = [
+    "EXPERIMENTS", "bsuite", "cli", "critique", "curriculum", "grpo_degradation",
+    "hindsight", "horizon", "learned_credit", "module", "prm", "probes", "report",
+    "step_credit", "token_study", "tree_search", "variance_scaling",
+]
+
 # Script / config name -> the module that runs it (configs/<name>.py, scripts/<name>.py).
 EXPERIMENTS = {
     "variance_scaling": "credit_jax.experiments.variance_scaling",

@@ -15,3 +15,10 @@ it leans on.
   workdir     the run directory: lock, writability, fault checks
   parallel    seeds sharded over devices and hosts
 """
+
+# The public names are the submodules above (importing this package imports none of
+# them: `from credit_jax.runtime import run` loads the one it names).
+__all__ = [
+    "checkpoint", "cli", "divergence", "evaluate", "extend", "interrupts", "launch",
+    "metrics", "parallel", "run", "watchdog", "workdir",
+]
