@@ -150,3 +150,11 @@ def test_every_recipe_refuses_the_features_it_does_not_take(algo):
     with pytest.raises(ConfigError, match=f"config.{feature.field}: the {algo} recipe "
                        f"does not take the {feature.name} hook"):
       module.validate_config(c)
+
+
+def test_an_attribute_named_like_a_slot_is_refused():
+  class Shadowing(hooks.Bound):
+    def __init__(self):
+      self.env_params = object()   # would replace the env_params slot
+  with pytest.raises(ValueError, match="env_params"):
+    hooks.Hooks([("bad", Shadowing())])

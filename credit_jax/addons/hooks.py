@@ -165,6 +165,11 @@ class Measure(NamedTuple):
   prefix: str
 
 
+# The slots a `Bound` fills by overriding a method (`advantages` and `collect` are
+# attributes, None when unfilled).
+SLOTS = ("init", "initial_env_params", "env_params", "shape_rewards", "observe")
+
+
 class Bound:
   """The per-run half of a feature; every slot defaults to doing nothing."""
   owns: Tuple[str, ...] = ()   # the TrainState.aux entries `init` returns (its carry)
@@ -286,6 +291,11 @@ class Hooks:
   def __init__(self, bound: Sequence[Tuple[str, Bound]] = ()):
     self.names = tuple(n for n, _ in bound)
     self.bound = tuple(b for _, b in bound)
+    for name, b in zip(self.names, self.bound):
+      shadowed = [s for s in SLOTS if s in vars(b)]
+      if shadowed:
+        raise ValueError(f"hook {name!r} sets instance attributes named like its slots "
+                         f"{shadowed}, which would replace them; rename them")
     owned = [n for b in self.bound for n in b.owns]
     if len(owned) != len(set(owned)):
       raise ValueError(f"two hooks claim one aux entry: {sorted(owned)}")

@@ -74,7 +74,7 @@ class _VineBound(hooks.Bound):
   def __init__(self, context: hooks.Context):
     self.env = context.env.inner if isinstance(context.env, step_states.StepStateWrapper) \
         else context.env
-    self.env_params = context.env_params
+    self.rollout_params = context.env_params
     self.policy = context.agent.policy()
     self.num_vines = int(context.config.vine.num_vines)
     self.every = int(context.config.vine.every)
@@ -83,7 +83,7 @@ class _VineBound(hooks.Bound):
   def _advantages(self, carry, inputs: hooks.EstimatorInput):
     traj = inputs.traj
     gamma = inputs.hp.get("gamma", 1.0)    # GRPO has none: undiscounted, as its returns
-    out = vine.collect_vines(self.env, self.env_params, self.policy, inputs.params,
+    out = vine.collect_vines(self.env, self.rollout_params, self.policy, inputs.params,
                              inputs.key, traj, step_states.step_states(self.policy, traj),
                              num_vines=self.num_vines, every=self.every, gamma=gamma)
     adv = vine.vine_advantages(inputs.signal.rewards, out.values, every=self.every,
