@@ -53,6 +53,9 @@ def step_advantages(hooks: hooks_lib.Hooks, aux, traj, kind: str, hp, k_perm, up
     per-step bonus where a hook adds one (PRM form "step").
   """
   valid = traj.valid
+  if valid.ndim != 3 or traj.rewards.shape != valid.shape:
+    raise ValueError(f"traj.rewards and traj.valid must both be [T, N, K], got "
+                     f"{traj.rewards.shape} and {valid.shape}")
   returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
   signal, aux, metrics = hooks.shape_rewards(
       aux, hooks_lib.Signal(traj.rewards, scores=returns), traj, hp, k_perm, update, params)

@@ -86,6 +86,11 @@ def replay_logits(network, params, traj_obs, prev_actions, prev_rewards, starts)
   return over_tasks(traj_obs, prev_actions, prev_rewards, starts)
 
 
+# What the hooks see of this program: GRPO's groups, taking a curriculum and PRM shaping
+# (grpo.validate_config refuses the step-credit hooks with a sequence network).
+RECIPE = hooks_lib.Recipe("grpo", ("curriculum", "prm"), rollout=hooks_lib.GROUPS)
+
+
 def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
                static: tuple) -> train_lib.Train:
   """`Train` for GRPO with a sequence network; `grpo.make_train` calls it (validated)
@@ -96,8 +101,7 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
   policy = sn.make_sequence_policy(network, value=False)
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
    kind, agg) = static
-  recipe = hooks_lib.Recipe("grpo", ("curriculum", "prm"), rollout=hooks_lib.GROUPS)
-  hooks = features.bind(config, recipe, env, env_params, policy, num_tasks * group)
+  hooks = features.bind(config, RECIPE, env, env_params, policy, num_tasks * group)
 
   def init_fn(key, hp):
     k_params, k_run, k_prm = jax.random.split(key, 3)
