@@ -46,8 +46,9 @@ def check(config, recipe: hooks.Recipe) -> None:
   hooks.check(config, recipe, FEATURES)
   kind = str(config.get("network", {}).get("kind", "mlp"))
   for f in _enabled(config, STEP_CREDIT):
-    require(kind == "mlp", "network.kind",
-            f"the {f.name} hook runs with an MLP policy in the recipes, got {kind!r}")
+    require(kind in ("mlp", "tabular", "linear"), "network.kind",
+            f"the {f.name} hook runs with a memoryless policy (mlp, tabular, linear) in "
+            f"the recipes, got {kind!r}")
 
 
 def wrap_env(config, env, env_params):

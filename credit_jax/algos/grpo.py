@@ -157,7 +157,7 @@ def surrogate_loss(logits, ref_logits, mb, hp, agg: str):
 def make_train(config) -> train_lib.Train:
   """`Train` for GRPO on `config.env_name`; see `train_lib.Train` for how to call it."""
   validate_config(config)
-  if grpo_sequence.network_kind(config) != "mlp":   # gru | transformer: with memory
+  if not train_lib.flat_network(config):   # gru | transformer: with memory
     return grpo_sequence.make_train(config, HPARAMS, surrogate_loss, settings(config))
   env, env_params = features.wrap_env(config, *train_lib.make_env(config))
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)

@@ -37,7 +37,7 @@ from credit_jax.nets import sequence as sn
 from credit_jax.algos import train as train_lib, group_update, ppo_sequence
 from credit_jax.types import PolicyState
 
-NETWORK_KINDS = ("mlp",) + sn.KINDS
+NETWORK_KINDS = train_lib.FLAT_KINDS + sn.KINDS
 
 
 def network_kind(config) -> str:
@@ -51,9 +51,10 @@ def validate_network(config, sequence_ok: bool = True) -> None:
   req = train_lib.require
   kind = network_kind(config)
   req(kind in NETWORK_KINDS, "network.kind", f"must be one of {NETWORK_KINDS}, got {kind!r}")
-  req(sequence_ok or kind == "mlp", "network.kind",
-      f"recipe {config.get('algo', '?')!r} runs MLP policies only, got {kind!r}")
-  if kind == "mlp":
+  req(sequence_ok or kind in train_lib.FLAT_KINDS, "network.kind",
+      f"recipe {config.get('algo', '?')!r} runs memoryless policies only "
+      f"{train_lib.FLAT_KINDS}, got {kind!r}")
+  if kind in train_lib.FLAT_KINDS:
     return
   net = config.network
   for f, default in (("gru_size", 64), ("d_model", 32), ("num_heads", 2),

@@ -44,7 +44,7 @@ from credit_jax.addons import features, hooks as hooks_lib
 from credit_jax.algos import losses, ppo_critics, ppo_sequence, train as train_lib
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
-NETWORK_KINDS = ("mlp", "gru", "transformer")
+NETWORK_KINDS = train_lib.FLAT_KINDS + ("gru", "transformer")
 # Hooks (credit_jax/addons/hooks.py, registry features.py) this recipe takes, with its
 # MLP program: a horizon curriculum, PRM shaping, VinePPO's Monte-Carlo advantages.
 HOOKS = ("curriculum", "prm", "vine")
@@ -114,7 +114,7 @@ def validate_fields(config) -> None:
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
   kind = network_kind(config)
   req(kind in NETWORK_KINDS, "network.kind", f"must be one of {NETWORK_KINDS}, got {kind!r}")
-  if kind != "mlp":
+  if kind not in train_lib.FLAT_KINDS:
     ppo_sequence.validate_config(config)
   ppo_critics.validate_fields(config)
   on = features.enabled(config)
@@ -202,7 +202,7 @@ def make_train(config) -> train_lib.Train:
   if ppo_critics.separate_critic(config):
     return ppo_critics.with_gae_gradient(config, ppo_critics.make_train(
         config, HPARAMS, num_updates(config), advantages_with_boundaries))
-  if network_kind(config) != "mlp":
+  if not train_lib.flat_network(config):
     return ppo_sequence.make_train(config, HPARAMS, num_updates(config))
   env, env_params = features.wrap_env(config, *train_lib.make_env(config))
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=True)

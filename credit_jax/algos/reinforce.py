@@ -163,7 +163,7 @@ def make_train(config) -> train_lib.Train:
   validate_config(config)
   with_value = needs_value(config)
   env, env_params = train_lib.make_env(config)
-  if grpo_sequence.network_kind(config) != "mlp":   # gru | transformer: with memory
+  if not train_lib.flat_network(config):   # gru | transformer: with memory
     model = _sequence_model(config, env, env_params, with_value)
   else:
     model, _ = _mlp_model(config, env, env_params, with_value)
@@ -250,7 +250,7 @@ def make_train(config) -> train_lib.Train:
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
       env_steps_per_update=num_envs * train_lib.episode_steps(config, env, env_params),
       headline=("success", "return") if with_success else ("return",))
-  if grpo_sequence.network_kind(config) == "mlp":   # evaluation from a checkpoint
+  if train_lib.flat_network(config):   # evaluation from a checkpoint
     network, _ = train_lib.make_network(config, env, env_params, value_head=with_value)
     train = train_lib.attach_evaluation(train, env, env_params, network)
   return train

@@ -86,7 +86,8 @@ def checkpoint_at_end(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict
 def add_network_kind(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Adds `c.network.kind` ("mlp") and the sequence networks' fields, for the recipes that
   can train a GRU or transformer (PPO, GRPO, REINFORCE; credit_jax/nets/sequence.py)."""
-  c.network.kind = "mlp"             # mlp | gru | transformer (credit_jax/nets/sequence.py)
+  c.network.kind = "mlp"             # mlp | tabular | linear (nets/tabular.py) | gru | transformer
+  c.network.min_prob = 0.0           # tabular | linear: entropy floor, each action's least probability
   c.network.gru_size = 64            # GRU state size (kind "gru")
   c.network.d_model = 32             # transformer width (kind "transformer")
   c.network.num_heads = 2            # transformer attention heads
@@ -406,10 +407,28 @@ def make_env(config):
   return env, env_params
 
 
+# Network kinds without memory: one forward pass per observation, the recipes' flat path.
+FLAT_KINDS = ("mlp",) + nets.tabular.KINDS
+
+
+def flat_network(config) -> bool:
+  """Whether `config.network.kind` (default "mlp") is memoryless (`FLAT_KINDS`)."""
+  return str(config.network.get("kind", "mlp")) in FLAT_KINDS
+
+
 def make_network(config, env, env_params, value_head: bool):
-  """The actor-critic for `config.network` on `env`'s observations."""
+  """The actor-critic for `config.network` on `env`'s observations: an MLP, or a table /
+  linear policy (`network.kind` "tabular" | "linear", `credit_jax/nets/tabular.py`)."""
   net = config.network
   obs_shape = env.observation_space(env_params).shape
+  kind = str(net.get("kind", "mlp"))
+  if kind in nets.tabular.KINDS:
+    try:
+      network = nets.make_table_network(kind, env, obs_shape, value_head,
+                                        float(net.get("min_prob", 0.0)))
+    except ValueError as e:
+      raise ConfigError(str(e)) from None
+    return network, obs_shape
   # obs_shape is the wrapped env's ([W, D] with a history window), so obs_rank covers it.
   network = nets.ActorCritic(
       num_actions=env.num_actions, hidden_sizes=tuple(net.hidden_sizes),

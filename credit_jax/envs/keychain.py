@@ -39,7 +39,27 @@ with the horizon; each switch removes one of those properties, alone or with the
 |                               | episodes of one reset (a group) that act differently draw |
 |                               | different noise, as bsuite's per-step draws would         |
 
+The credit probe. Two options make a probe whose right answer is linear in the policy's
+inputs, so that failing it says something about credit and not about representation:
+  `segment_cue_onehot=True` (False): the observation carries one one-hot of the pair
+      (segment of the current step, cue shown), `context` [k A], in place of the separate
+      `cue` and `index` parts. Under `distinct_rules` the answer `rules[i, c]` is an
+      XOR-like function of (i, c) that a policy whose logits are additive in separate
+      one-hots of i and c cannot represent in general; on the pair's one-hot it is a table
+      lookup, one linear layer. Needs `cue_delay = 0` and no `cues_at_start`.
+  `episode_noise_std=sigma` (0: off): reward noise as its own axis, per-step std
+      `sigma / sqrt(T)`, so the episode's summed noise has std sigma at every T (the
+      same hashed draw as `distractor_reward_std`, which fixes the per-step std instead;
+      at most one of the two may be > 0).
+The probe of docs/results/probes.md ("credit_probe") is `segment_cue_onehot`,
+`distinct_rules`, `distractor_cues`, `pivotal_flag=False`, k fixed (no
+`pivotal_density`), with `episode_noise_std` as a separate axis.
+
 Observation layout under the switches (parts in this order, `t/T` always last):
+  `context` [kA]    only with `segment_cue_onehot`, in place of `cue` and `index`: row i,
+                    column c is 1 when the current step lies in segment i and shows cue
+                    c (the `cue` slot's cue, real or fake); zeros where that slot is
+                    empty or outside [cue_delay, T).
   `cue` [A]         the per-step cue slot. Without `distractor_cues` as above. With it,
                     every observation holds one cue: the real one where the default
                     would show it, else a fake drawn uniformly (a hash of the
@@ -68,9 +88,9 @@ step (gymnax computes a reset on every step, and the bit generator is its main c
 16 bits pick the cue, reduced modulo A (exact when A is a power of two, else each cue's
 probability is off by less than A / 2**16 relative), and 16 bits the offset inside the
 segment by multiply-shift (off by less than segment length / 2**16 relative). Ranges
-above 2**16 fall back to a full word each. With `distractor_cues` or
-`distractor_reward_std > 0` the reset draws two more words, the seeds of the fake cues
-and of the reward noise (`credit_jax/envs/hashing.py`), and the state is a
+above 2**16 fall back to a full word each. With `distractor_cues` or reward noise
+(`distractor_reward_std` or `episode_noise_std` > 0) the reset draws two more words, the
+seeds of the fake cues and of the reward noise (`credit_jax/envs/hashing.py`), and the state is a
 `KeyChainProbeState`. The random-policy success rate `(1/A)^k` holds exactly for any
 cue distribution.
 
@@ -96,6 +116,7 @@ produce a success.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Tuple
 
 import jax
@@ -138,7 +159,8 @@ class KeyChain(base.CreditEnv):
                cue_delay: int = 0, positions: str = "random", pivotal_flag: bool = True,
                distractor_cues: bool = False, distinct_rules: bool = False,
                cues_at_start: bool = False, pivotal_density: float = 0.0,
-               distractor_reward_std: float = 0.0, rule_seed: int = 0):
+               distractor_reward_std: float = 0.0, rule_seed: int = 0,
+               segment_cue_onehot: bool = False, episode_noise_std: float = 0.0):
     super().__init__()
     self.horizon = base.check_int("horizon", horizon, minimum=1,
                                   maximum=base.MAX_STEPS)
@@ -171,6 +193,18 @@ class KeyChain(base.CreditEnv):
     self.distractor_reward_std = base.check_nonnegative("distractor_reward_std",
                                                     distractor_reward_std)
     self.rule_seed = base.check_int("rule_seed", rule_seed, minimum=0)
+    self.segment_cue_onehot = base.check_bool("segment_cue_onehot", segment_cue_onehot)
+    if self.segment_cue_onehot and (self.cue_delay or self.cues_at_start):
+      raise ValueError("segment_cue_onehot shows the current step's (segment, cue) and "
+                       f"needs cue_delay = 0 and cues_at_start = False, got cue_delay="
+                       f"{cue_delay}, cues_at_start={cues_at_start}")
+    self.episode_noise_std = base.check_nonnegative("episode_noise_std", episode_noise_std)
+    if self.episode_noise_std > 0.0 and self.distractor_reward_std > 0.0:
+      raise ValueError("episode_noise_std and distractor_reward_std both set the reward "
+                       "noise; set at most one of them > 0")
+    # Per-step std of the reward noise (0: none).
+    self._noise_std = self.distractor_reward_std or (
+        self.episode_noise_std / math.sqrt(self.horizon))
     # Stratification of [cue_delay, T) into k segments of (nearly) equal length >= 1.
     span = self.horizon - self.cue_delay
     edges = self.cue_delay + (np.arange(self.num_pivotal + 1) * span) // self.num_pivotal
@@ -185,10 +219,10 @@ class KeyChain(base.CreditEnv):
     self._rules = jnp.asarray(self._rules_np)
     self.observation_layout = keychain_switches.observation_layout(
         self._num_actions, self.num_pivotal, self.pivotal_flag, self.distinct_rules,
-        self.cues_at_start)
+        self.cues_at_start, self.segment_cue_onehot)
     self.obs_shape = (self.observation_layout["time"][1],)
     # Seeds are drawn only for the switches that hash per step.
-    self._seeded = self.distractor_cues or self.distractor_reward_std > 0.0
+    self._seeded = self.distractor_cues or self._noise_std > 0.0
 
   @property
   def name(self) -> str:
@@ -209,9 +243,24 @@ class KeyChain(base.CreditEnv):
 
   @property
   def shortcuts_removed(self) -> Tuple[str, ...]:
-    """Names of the switches set away from their default (empty: the original probe)."""
-    return tuple(name for name, default in keychain_switches.SWITCHES.items()
+    """Names of the switches and credit-probe options set away from their default
+    (empty: the original probe)."""
+    options = {**keychain_switches.SWITCHES, **keychain_switches.PROBE_OPTIONS}
+    return tuple(name for name, default in options.items()
                  if getattr(self, name) != default)
+
+  @property
+  def onehot_groups(self) -> Tuple[Tuple[int, int], ...]:
+    """(start, stop) of each discrete part of the observation (every part but `time`):
+    what a table policy (`credit_jax/nets/tabular.py`) indexes by."""
+    groups = []
+    for name, (start, stop) in self.observation_layout.items():
+      if name == "start_cues":   # k one-hots, one per pivotal step
+        a = self._num_actions
+        groups += [(s, s + a) for s in range(start, stop, a)]
+      elif name != "time":
+        groups.append((start, stop))
+    return tuple(groups)
 
   @property
   def rules(self) -> np.ndarray:
@@ -270,14 +319,14 @@ class KeyChain(base.CreditEnv):
     terminated = self.is_terminated(state, params)
     success = jnp.logical_and(terminated, all_correct)
     reward = success.astype(jnp.float32)
-    if self.distractor_reward_std > 0.0:
+    if self._noise_std > 0.0:
       # The noise seed walks with the actions (a bijection of the seed for each step and
       # action, so every step's noise stays exactly uniform): episodes from one reset that
       # act differently (a GRPO group) draw different noise; the same actions replay it.
       history = hashing.mix32(hashing.mix32(state.seeds[1], t),
                               jnp.asarray(action, jnp.int32))
       state = state.replace(seeds=state.seeds.at[1].set(history))
-      reward = reward + np.float32(self.distractor_reward_std) * \
+      reward = reward + np.float32(self._noise_std) * \
           hashing.centred_unit_noise(history, t)
     info = {"pivotal": pivotal, "correct_action": correct_action, "correct": correct}
     if self.shortcuts_removed:
@@ -302,10 +351,14 @@ class KeyChain(base.CreditEnv):
       cue_onehot = jnp.arange(a) == jnp.where(has_cue, cue, fake)
     else:
       cue_onehot = jnp.logical_and(jnp.arange(a) == cue, has_cue)
-    parts = [cue_onehot.astype(jnp.float32)]
+    if self.segment_cue_onehot:
+      context = self._segment_onehot(state.time)[:, None] * cue_onehot[None, :]
+      parts = [context.reshape(-1).astype(jnp.float32)]
+    else:
+      parts = [cue_onehot.astype(jnp.float32)]
     if self.pivotal_flag:
       parts.append(pivotal.astype(jnp.float32)[None])
-    if self.distinct_rules:
+    if self.distinct_rules and not self.segment_cue_onehot:
       parts.append(self._segment_onehot(state.time))
     if self.cues_at_start:
       start = jnp.logical_and(state.time == 0,

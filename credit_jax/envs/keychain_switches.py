@@ -13,11 +13,14 @@ import numpy as np
 
 from credit_jax.envs import base
 
-__all__ = ["SWITCHES", "num_pivotal_of", "observation_layout", "rule_table"]
+__all__ = ["PROBE_OPTIONS", "SWITCHES", "num_pivotal_of", "observation_layout", "rule_table"]
 
 # Each switch and the value that keeps KeyChain's original (shortcut) behaviour.
 SWITCHES = {"pivotal_flag": True, "distractor_cues": False, "distinct_rules": False,
             "cues_at_start": False, "pivotal_density": 0.0, "distractor_reward_std": 0.0}
+
+# The credit probe's options (keychain.py, "The credit probe") and their off values.
+PROBE_OPTIONS = {"segment_cue_onehot": False, "episode_noise_std": 0.0}
 
 # Largest A whose A! permutations are enumerated (8! = 40320 rows of 8).
 _ENUMERATE_UP_TO = 8
@@ -57,16 +60,19 @@ def rule_table(num_pivotal: int, num_actions: int, distinct: bool, seed: int) ->
 
 
 def observation_layout(num_actions: int, num_pivotal: int, pivotal_flag: bool,
-                       distinct_rules: bool, cues_at_start: bool) -> Dict[str, Tuple[int, int]]:
+                       distinct_rules: bool, cues_at_start: bool,
+                       segment_cue_onehot: bool = False) -> Dict[str, Tuple[int, int]]:
   """{part: (start, stop)} of KeyChain's observation, in order (module doc of keychain.py).
 
-  Parts: "cue" [A] always; "flag" [1] with `pivotal_flag`; "index" [k] with
-  `distinct_rules`; "start_cues" [k A] with `cues_at_start`; "time" [1] always, last.
+  Parts: "cue" [A] (or, with `segment_cue_onehot`, "context" [k A] in its place and no
+  "index"); "flag" [1] with `pivotal_flag`; "index" [k] with `distinct_rules`;
+  "start_cues" [k A] with `cues_at_start`; "time" [1] always, last.
   """
-  sizes = [("cue", num_actions)]
+  sizes = [("context", num_pivotal * num_actions) if segment_cue_onehot
+           else ("cue", num_actions)]
   if pivotal_flag:
     sizes.append(("flag", 1))
-  if distinct_rules:
+  if distinct_rules and not segment_cue_onehot:
     sizes.append(("index", num_pivotal))
   if cues_at_start:
     sizes.append(("start_cues", num_pivotal * num_actions))

@@ -100,6 +100,9 @@ class LinearKeyToDoor(base.CreditEnv):
   def num_actions(self) -> int:
     return 4
 
+  # The observation's discrete parts (content one-hot, key flag), for table policies.
+  onehot_groups = ((0, NUM_CONTENTS), (NUM_CONTENTS, NUM_CONTENTS + 1))
+
   @property
   def default_params(self) -> LinearKeyToDoorParams:
     return LinearKeyToDoorParams(reward_scale=PAPER_LENGTH / self.length,
