@@ -317,8 +317,8 @@ def test_features_validate_refuse_and_fill_their_slots():
                        for f in feats if f.enabled(c)])
   aux = bound.init(jax.random.key(0))
   traj = learned_probe.collect(env, params, logits_fn, PARAMS, jax.random.key(1), 8)
-  hp = {"gamma": jnp.float32(1.0), "rudder_lr": jnp.float32(1e-3),
-        "rudder_aux_weight": jnp.float32(0.5), "cocoa_lr": jnp.float32(1e-3)}
+  hp = {"gamma": jnp.float32(1.0), "rudder.lr": jnp.float32(1e-3),
+        "rudder.aux_weight": jnp.float32(0.5), "cocoa.lr": jnp.float32(1e-3)}
   signal, aux, m = bound.shape_rewards(aux, hooks.Signal(traj.rewards), traj, hp,
                                        jax.random.key(2), 0, PARAMS)
   np.testing.assert_allclose(signal.rewards.sum(0), traj.rewards.sum(0), atol=1e-5)

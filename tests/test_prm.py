@@ -183,7 +183,7 @@ def _smoke_config():
 def test_grpo_with_prm_runs_jit_and_vmap_and_validates():
   c = _smoke_config()
   train = cj.algos.make_train(c)
-  assert {"prm_weight", "prm_outcome_weight"} <= set(train.default_hparams)
+  assert {"prm.weight", "prm.outcome_weight"} <= set(train.default_hparams)
   _, m = jax.jit(train)(jax.random.PRNGKey(0))
   for k in ("loss", "success", "prm_score", "prm_gap", "padding_frac", "surface_frac"):
     assert m[k].shape == (c.num_updates,) and bool(jnp.all(jnp.isfinite(m[k]))), k

@@ -133,7 +133,7 @@ def test_grpo_step_form_adds_per_step_credit():
   traj = rollout.collect_groups(env, params, nets.make_policy_fn(net), pparams,
                                 jax.random.PRNGKey(3), 2, 2, c.horizon)
   returns = jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), 0)
-  hp = {"prm_weight": 0.3, "prm_outcome_weight": 1.0}
+  hp = {"prm.weight": 0.3, "prm.outcome_weight": 1.0}
   scores, _, _, bonus = shaper.shape(aux, traj, returns, hp, jax.random.PRNGKey(4), 0)
   np.testing.assert_allclose(scores, returns)
   p = np.asarray(shaper.probs(aux["prm_params"], traj.obs, traj.actions))
@@ -166,7 +166,7 @@ def test_ppo_step_shaper_rewards_by_hand_across_rollouts():
   env, params = cj.envs.make(c.env_name, **dict(c.env_kwargs))
   shaper = prm.make_step_shaper(c, env, params)
   aux = shaper.init(jax.random.PRNGKey(0))
-  hp = {"prm_weight": 0.5, "prm_outcome_weight": 2.0}
+  hp = {"prm.weight": 0.5, "prm.outcome_weight": 2.0}
   from credit_jax import rollout
   net, obs_shape = cj.algos.train.make_network(c, env, params, value_head=True)
   pparams = cj.algos.train.init_params(net, jax.random.PRNGKey(1), obs_shape)
@@ -198,7 +198,7 @@ def test_ppo_step_shaper_rewards_by_hand_across_rollouts():
 def test_ppo_with_prm_runs_jit_and_vmap_and_validates():
   c = _ppo_small()
   train = cj.algos.make_train(c)
-  assert {"prm_weight", "prm_outcome_weight"} <= set(train.default_hparams)
+  assert {"prm.weight", "prm.outcome_weight"} <= set(train.default_hparams)
   state, m = jax.jit(train)(jax.random.PRNGKey(0))
   n = train.num_updates
   for k in ("loss", "success", "prm_score", "padding_frac", "prm_retrained",

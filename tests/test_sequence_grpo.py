@@ -252,7 +252,7 @@ def test_sequence_grpo_takes_prm_shaping():
   c.network.gru_size, c.network.hidden_sizes = 8, (8,)
   algos.validate_config(c)
   train = algos.make_train(c)
-  assert {"prm_weight", "prm_outcome_weight"} <= set(train.default_hparams)
+  assert {"prm.weight", "prm.outcome_weight"} <= set(train.default_hparams)
   state, m = jax.jit(train)(jax.random.PRNGKey(0))
   assert "prm_params" in state.aux
   for k in ("loss", "success", "prm_score", "prm_gap"):
@@ -260,10 +260,10 @@ def test_sequence_grpo_takes_prm_shaping():
   # The shaped scores are what the advantages come from: with the PRM's weight 0 and
   # the outcome's 1 the run is the run without the PRM; with a large PRM weight it
   # is not.
-  hp = dict(train.default_hparams, prm_weight=0.0, prm_outcome_weight=1.0)
+  hp = {**train.default_hparams, "prm.weight": 0.0, "prm.outcome_weight": 1.0}
   _, m0 = jax.jit(train)(jax.random.PRNGKey(0), hp)
   c.prm.enabled = False
   _, m_plain = jax.jit(algos.make_train(c))(jax.random.PRNGKey(0))
   np.testing.assert_allclose(m0["loss"], m_plain["loss"], rtol=1e-5, atol=1e-7)
-  _, m5 = jax.jit(train)(jax.random.PRNGKey(0), dict(hp, prm_weight=5.0))
+  _, m5 = jax.jit(train)(jax.random.PRNGKey(0), {**hp, "prm.weight": 5.0})
   assert not np.allclose(m5["loss"], m_plain["loss"], rtol=1e-3, atol=1e-5)

@@ -125,7 +125,7 @@ def test_gigpo_slot_adds_weighted_anchor_advantages():
   traj = groups(env, params, policy, None, jax.random.key(4), 3, 4, T)
   config = _config(gigpo=gigpo.add_config)
   bound = hooks.Hooks([("gigpo", FEATURES[1].bind(_context(config, env, params, policy)))])
-  hp = {"gigpo_step_weight": jnp.float32(0.5), "gigpo_gamma": jnp.float32(0.9)}
+  hp = {"gigpo.step_weight": jnp.float32(0.5), "gigpo.gamma": jnp.float32(0.9)}
   episode = jnp.broadcast_to(jnp.arange(4.0), traj.rewards.shape)
   adv, _, metrics = jax.jit(lambda t: bound.advantages(
       {}, _inputs(t, episode, hp, jax.random.key(0))))(traj)
@@ -151,7 +151,7 @@ def test_tree_slots_collect_once_per_prefix_and_credit_nodes():
       {}, None, inputs._replace(key=key)))(inputs.key)
   assert float(metrics["env_steps"]) == 3 * tree_rollouts.tree_env_steps(2, (2, 4), T)
   assert int(jnp.sum(traj.valid)) == float(metrics["env_steps"])
-  hp = {"tree_episode_weight": jnp.float32(0.5)}
+  hp = {"tree.episode_weight": jnp.float32(0.5)}
   adv, _, m = jax.jit(lambda t: bound.advantages({}, _inputs(
       t, jnp.zeros_like(t.rewards), hp, jax.random.key(0))))(traj)
   outcomes = np.sum(np.where(traj.info["tree_valid"], traj.rewards, 0.0), axis=0)

@@ -31,8 +31,22 @@ FEATURES: Tuple[hooks.Feature, ...] = (curriculum.CurriculumFeature(),
                                        prm.PrmFeature()) + STEP_CREDIT
 
 
-def _enabled(config, features: Sequence[hooks.Feature] = FEATURES):
-  return [f for f in features if f.enabled(config)]
+def _enabled(config, passed: Sequence[hooks.Feature] = ()):
+  return [f for f in known(passed) if f.enabled(config)]
+
+
+def known(passed: Sequence[hooks.Feature] = ()) -> Tuple[hooks.Feature, ...]:
+  """The registry's features, then the `passed` ones (a fork's objects, given to a
+  recipe's `make_train(config, features=...)`); ValueError on a name used twice."""
+  out = FEATURES + tuple(passed)
+  for f in passed:
+    if not isinstance(f, hooks.Feature):
+      raise ValueError(f"features: {f!r} is not a hooks.Feature")
+  names = [f.name for f in out]
+  dup = sorted({n for n in names if names.count(n) > 1})
+  if dup or not all(names):
+    raise ValueError(f"features: every feature needs a name of its own; {dup or names}")
+  return out
 
 
 def enabled(config) -> Tuple[str, ...]:
@@ -45,7 +59,7 @@ def check(config, recipe: hooks.Recipe) -> None:
   first field an accepted one cannot run with."""
   hooks.check(config, recipe, FEATURES)
   kind = str(config.get("network", {}).get("kind", "mlp"))
-  for f in _enabled(config, STEP_CREDIT):
+  for f in (f for f in STEP_CREDIT if f.enabled(config)):
     require(kind in ("mlp", "tabular", "linear"), "network.kind",
             f"the {f.name} hook runs with a memoryless policy (mlp, tabular, linear) in "
             f"the recipes, got {kind!r}")
@@ -58,11 +72,21 @@ def wrap_env(config, env, env_params):
   return env, env_params
 
 
-def hparams(config):
-  """The traced hyperparameters of the enabled features, `{name: value}`."""
+def hparams(config, passed: Sequence[hooks.Feature] = ()):
+  """The traced hyperparameters of the enabled features, `{dotted config path: value}`.
+
+  Raises ValueError when a feature names one by anything but its config path (a sweep
+  reads each cell's value from that path)."""
   out = {}
-  for f in _enabled(config):
-    out.update(f.hparams(config))
+  for f in _enabled(config, passed):
+    for name, value in f.hparams(config).items():
+      try:
+        hooks.config_value(config, name)
+      except KeyError as e:
+        raise ValueError(f"feature {f.name!r} names a traced hyperparameter {name!r}, "
+                         f"which is not a field of the config: name it by its dotted "
+                         f"config path") from e
+      out[name] = value
   return out
 
 

@@ -3,8 +3,8 @@
 `config.gigpo` (`add_config`): `enabled`; `anchor` ("state": the environment state each
 step started from, kept by `StepStateWrapper`; "obs": the observation, for environments
 whose state is not to be compared); `kind` ("grpo" or "mean", `anchors.KINDS`); `method`
-("table" or "sort", `anchors.METHODS`); traced hparams `gigpo_step_weight` (the weight of
-the step advantage, GiGPO's omega) and `gigpo_gamma` (the discount of the step returns).
+("table" or "sort", `anchors.METHODS`); traced hparams `gigpo.step_weight` (the weight of
+the step advantage, GiGPO's omega) and `gigpo.gamma` (the discount of the step returns).
 
 Each update, in every task group of the GRPO rollout `[T, N, K]`, steps whose anchors are
 equal form a group; their discounted returns-to-go (of the shaped rewards) give the step
@@ -50,6 +50,7 @@ class GigpoFeature(hooks.Feature):
   name = "gigpo"
   field = "gigpo.enabled"
   estimator = True
+  traced = ("step_weight", "gamma")
 
   def enabled(self, config) -> bool:
     return config.get("gigpo") is not None and bool(config.gigpo.get("enabled", False))
@@ -75,10 +76,6 @@ class GigpoFeature(hooks.Feature):
       return step_states.StepStateWrapper(env), env_params
     return env, env_params
 
-  def hparams(self, config):
-    return {"gigpo_step_weight": float(config.gigpo.step_weight),
-            "gigpo_gamma": float(config.gigpo.gamma)}
-
   def bind(self, context: hooks.Context) -> hooks.Bound:
     return _GigpoBound(context.config.gigpo)
 
@@ -94,11 +91,11 @@ class _GigpoBound(hooks.Bound):
     valid = traj.valid                                                   # [T, N, K]
     keys = traj.info[step_states.INFO_KEY] if self.anchor == "state" else traj.obs
     rewards = jnp.where(valid, inputs.signal.rewards, 0.0)
-    to_go = returns.discounted_returns(rewards, hp["gigpo_gamma"],
+    to_go = returns.discounted_returns(rewards, hp["gigpo.gamma"],
                                        terminated=traj.dones & valid)
     step_adv, stats = anchors.anchor_advantages(keys, to_go, valid, kind=self.kind,
                                                 method=self.method)
-    adv = jnp.where(valid, inputs.advantages + hp["gigpo_step_weight"] * step_adv, 0.0)
+    adv = jnp.where(valid, inputs.advantages + hp["gigpo.step_weight"] * step_adv, 0.0)
     groups = jnp.maximum(stats["num_groups"], 1).astype(jnp.float32)
     return adv, carry, {
         "gigpo_groups": stats["num_groups"].astype(jnp.float32).mean(),

@@ -4,7 +4,7 @@ in place of the recipe's advantages (the `advantages` estimator slot).
 `config.hca` / `config.cocoa` (`add_config`): `enabled`; the model (`hidden_sizes`,
 `policy_prior`: h's logits are the policy's log-probabilities plus the network's output,
 `Hindsight.hindsight_logits` says why);
-its training (`lr`, traced as `hca_lr` / `cocoa_lr`; `train_steps` full-batch Adam
+its training (`lr`, traced as `hca.lr` / `cocoa.lr`; `train_steps` full-batch Adam
 steps per update); HCA's `z_scale` (the return-to-go is fed to the model times this);
 COCOA's `reward_values` (the nonzero rewards the environment pays, one outcome class
 each; `reward_values_of` knows KeyChain's and the linear key-to-door's).
@@ -62,7 +62,7 @@ def add_config(c: ml_collections.ConfigDict, kind: str, **overrides
   # HCA's model sees every step but learns from the rare successful returns; it needs
   # more and larger steps to keep up with the policy than COCOA's, whose loss weighs
   # only the steps followed by a reward.
-  h.lr = 1e-2 if kind == "hca" else 3e-3   # its Adam step size (traced: <kind>_lr)
+  h.lr = 1e-2 if kind == "hca" else 3e-3   # its Adam step size (traced: <kind>.lr)
   h.train_steps = 8 if kind == "hca" else 4   # its full-batch steps per update
   h.policy_prior = True       # h's logits = log pi + the network's (Bayes' rule)
   if kind == "hca":
@@ -215,6 +215,7 @@ class Hindsight:
 class _HindsightFeature(hooks.Feature):
   kind = ""
   estimator = True
+  traced = ("lr",)
 
   @property
   def name(self):
@@ -238,9 +239,6 @@ class _HindsightFeature(hooks.Feature):
             "(an EPISODES or GROUPS rollout)")
     require(int(config.get("history_window", 0) or 0) == 0, "history_window",
             "the hindsight model reads the observations as the environment gives them")
-
-  def hparams(self, config) -> Dict[str, float]:
-    return {f"{self.kind}_lr": float(config[self.kind].lr)}
 
   def bind(self, context: hooks.Context) -> hooks.Bound:
     return _HindsightBound(self.kind, context)
@@ -281,7 +279,7 @@ class _HindsightBound(hooks.Bound):
     flat_traj = jax.tree.map(flat, traj._replace(rewards=inputs.signal.rewards))
     logits = self.logits(inputs.params, flat_traj.obs)
     credit, carry, metrics = self.model.step(carry, logits, flat_traj, inputs.hp["gamma"],
-                                             inputs.hp[f"{self.kind}_lr"], inputs.key)
+                                             inputs.hp[f"{self.kind}.lr"], inputs.key)
     unflat = lambda x: jnp.reshape(x, batch_shape + tuple(np.shape(x)[2:]))
     return jax.tree.map(unflat, credit), carry, metrics
 

@@ -205,11 +205,31 @@ class Bound:
     return carry, {}
 
 
+def config_value(config, path: str):
+  """The value of the dotted field `path` of `config` (`"gigpo.step_weight"`); KeyError
+  naming `path` when a part is missing."""
+  node = config
+  for part in path.split("."):
+    try:
+      node = node[part]
+    except (KeyError, TypeError, AttributeError) as e:
+      raise KeyError(f"config has no field {path!r}") from e
+  return node
+
+
 class Feature:
   """A feature a recipe may accept (module doc); subclasses override what they use."""
   name = ""          # what a recipe lists in HOOKS
   field = ""         # the config field that turns it on, named when a recipe refuses it
   estimator = False  # fills the `advantages` slot (at most one enabled per run)
+  # Fields of its config block that are traced hyperparameters: `hparams` names each by
+  # its dotted config path ("gigpo.step_weight"), so a sweep axis over it is a vmap.
+  traced: Tuple[str, ...] = ()
+
+  @property
+  def block(self) -> str:
+    """The config block the feature claims (`field`'s first part: "gigpo")."""
+    return self.field.split(".")[0]
 
   def enabled(self, config) -> bool:
     del config
@@ -225,8 +245,9 @@ class Feature:
     return env, env_params
 
   def hparams(self, config) -> Dict[str, float]:
-    del config
-    return {}
+    """`{dotted config path: value}` of the `traced` fields (the names a sweep axis and
+    `train(key, hparams)` use)."""
+    return {f"{self.block}.{f}": float(config[self.block][f]) for f in self.traced}
 
   def bind(self, context: Context) -> Bound:
     del context

@@ -24,7 +24,7 @@ outcome alone and every step t gets its own extra credit `weight * (p_t - p_{t-1
 a step that breaks a right claim loses ~1, padding and right steps earn ~0, so padding
 is never paid. GRPO adds it to the step's group advantage; PPO (`make_step_shaper`)
 adds `weight * p_t` ("sum") or `weight * (p_t - p_{t-1})` ("step") to the step's reward.
-`weight` and `outcome_weight` are traced hparams (`prm_weight`, `prm_outcome_weight`).
+`weight` and `outcome_weight` are traced hparams (`prm.weight`, `prm.outcome_weight`).
 The PRM's parameters ride in the train state (`aux["prm_params"]`) and may be retrained
 every `retrain_every` updates on the current policy's steps with `retrain_labels`
 ("mc_hard" / "mc_soft": Monte-Carlo completions by the current policy from
@@ -62,7 +62,7 @@ def default_config() -> ml_collections.ConfigDict:
   """The `config.prm` block: PRM labels, training, and how it shapes rewards."""
   c = ml_collections.ConfigDict()
   c.enabled = True                # build a PRM and log its metrics (shaping needs weight > 0)
-  c.weight = 0.0                  # w: shaping weight of the PRM term (traced hparam prm_weight)
+  c.weight = 0.0                  # w: shaping weight of the PRM term (traced hparam prm.weight)
   c.outcome_weight = 1.0          # weight of the outcome reward (traced; 0: PRM-only)
   c.form = "sum"                  # sum | min (softmin, PURE) | step (per-step p_t - p_{t-1})
   c.tau = 0.1                     # softmin temperature of the min form
@@ -232,7 +232,7 @@ def _build(config, env, env_params, network):
 
 
 def _hparams(pc):
-  return {"prm_weight": float(pc.weight), "prm_outcome_weight": float(pc.outcome_weight)}
+  return {"prm.weight": float(pc.weight), "prm.outcome_weight": float(pc.outcome_weight)}
 
 
 def make_shaper(config, env, env_params, network=None) -> Optional[Shaper]:
@@ -253,11 +253,11 @@ def make_shaper(config, env, env_params, network=None) -> Optional[Shaper]:
     params, valid = aux["prm_params"], traj.valid
     probs = probs_fn(params, traj.obs, traj.actions)                     # [T, N, K]
     if form == "step":
-      scores = hp["prm_outcome_weight"] * returns
-      bonus = hp["prm_weight"] * step_deltas(probs, valid)
+      scores = hp["prm.outcome_weight"] * returns
+      bonus = hp["prm.weight"] * step_deltas(probs, valid)
     else:
-      scores = shaped_scores(returns, probs, valid, hp["prm_weight"],
-                             hp["prm_outcome_weight"], form, tau)
+      scores = shaped_scores(returns, probs, valid, hp["prm.weight"],
+                             hp["prm.outcome_weight"], form, tau)
       bonus = jnp.zeros_like(probs)
     metrics = {**_metrics(probs, traj, valid), "shaped_score": jnp.mean(scores)}
     if retrain is not None:
@@ -307,7 +307,7 @@ def make_step_shaper(config, env, env_params, network=None) -> Optional[Shaper]:
       term = step_deltas(probs, valid, starts=starts.at[0].set(False), first_prev=prev)
     else:
       term = jnp.where(valid, probs, 0.0)
-    rewards = hp["prm_outcome_weight"] * traj.rewards + hp["prm_weight"] * term
+    rewards = hp["prm.outcome_weight"] * traj.rewards + hp["prm.weight"] * term
     metrics = {**_metrics(probs, traj, valid), "shaped_reward": jnp.mean(rewards)}
     if retrain is not None:
       params, m = retrain(params, traj, jnp.zeros(valid.shape[1:]), valid, key, update,
@@ -327,6 +327,7 @@ class PrmFeature(hooks.Feature):
   traced hparams. Its `init` draws from the key the recipe gives the hooks."""
   name = "prm"
   field = "prm.enabled"
+  traced = ("weight", "outcome_weight")
 
   def enabled(self, config) -> bool:
     return config.get("prm") is not None and bool(config.prm.get("enabled", False))
@@ -338,9 +339,6 @@ class PrmFeature(hooks.Feature):
       require(kind == "mlp", "network.kind", f"PRM shaping needs 'mlp', got {kind!r}")
       require(config.prm.form in PPO_FORMS, "prm.form",
               f"PPO shapes per step: one of {PPO_FORMS}, got {config.prm.form!r}")
-
-  def hparams(self, config) -> Dict[str, float]:
-    return _hparams(config.prm)
 
   def bind(self, context: hooks.Context) -> hooks.Bound:
     continuing = context.recipe.rollout == hooks.CONTINUING

@@ -3,7 +3,7 @@ of the environment's (`shape_rewards`), so PPO's GAE or REINFORCE's returns read
 
 `config.rudder` (`add_config`): `enabled`; the predictor (`hidden_size`,
 `encoder_sizes`, `with_reward`: the step's reward in its token); its training
-(`lr`, a traced hparam `rudder_lr`; `aux_weight`, traced as `rudder_aux_weight`;
+(`lr`, a traced hparam `rudder.lr`; `aux_weight`, traced as `rudder.aux_weight`;
 `train_steps` gradient steps per update on the update's episodes plus
 `replay_episodes` drawn from the lessons buffer of `capacity` episodes).
 
@@ -52,7 +52,7 @@ def add_config(c: ml_collections.ConfigDict, **overrides) -> ml_collections.Conf
   r.hidden_size = 32          # the predictor's GRU width
   r.encoder_sizes = (32,)     # MLP layers before the GRU
   r.with_reward = True        # the step's reward is part of its token
-  r.lr = 3e-3                 # the predictor's Adam step size (traced: rudder_lr)
+  r.lr = 3e-3                 # the predictor's Adam step size (traced: rudder.lr)
   r.aux_weight = 0.5          # weight of the every-step prediction loss (traced)
   r.train_steps = 4           # predictor gradient steps per update
   r.replay_episodes = 32      # lessons-buffer episodes in each of those steps
@@ -214,6 +214,7 @@ def episode_length(config, recipe: hooks.Recipe) -> Tuple[int, int]:
 class RudderFeature(hooks.Feature):
   name = "rudder"
   field = "rudder.enabled"
+  traced = ("lr", "aux_weight")
 
   def enabled(self, config) -> bool:
     return config.get("rudder") is not None and bool(config.rudder.get("enabled", False))
@@ -232,10 +233,6 @@ class RudderFeature(hooks.Feature):
       episode_length(config, recipe)
     except ValueError as e:
       require(False, "num_steps", str(e))
-
-  def hparams(self, config) -> Dict[str, float]:
-    return {"rudder_lr": float(config.rudder.lr),
-            "rudder_aux_weight": float(config.rudder.aux_weight)}
 
   def bind(self, context: hooks.Context) -> hooks.Bound:
     return _RudderBound(context)
@@ -260,8 +257,8 @@ class _RudderBound(hooks.Bound):
     del params
     cols = columns_of(traj._replace(rewards=signal.rewards), self.rudder.num_actions,
                       self.with_reward, self.window_horizon)
-    shaped, carry, metrics = self.rudder.step(carry, cols, hp["rudder_lr"],
-                                              hp["rudder_aux_weight"], key, update)
+    shaped, carry, metrics = self.rudder.step(carry, cols, hp["rudder.lr"],
+                                              hp["rudder.aux_weight"], key, update)
     if self.window_horizon:
       shaped = rd.window_of(shaped, signal.rewards.shape[0])
     return signal._replace(rewards=jnp.reshape(shaped, signal.rewards.shape)), carry, \

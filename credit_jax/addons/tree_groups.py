@@ -3,7 +3,7 @@ tree that shares prefixes, credited by sibling subtrees (`credit_jax/tree_rollou
 
 `config.tree` (`add_config`): `enabled`, `branch` (b), `branch_steps` (tau_1 < ... <
 tau_d; `group_size` must be b^d), `kind` (the sibling normalisation, a
-`baselines.group_advantages` kind) and the traced hparam `tree_episode_weight` (the weight
+`baselines.group_advantages` kind) and the traced hparam `tree.episode_weight` (the weight
 of the leaves' own group advantage, averaged below each node).
 
 It fills two slots: `collect` replaces the group rollout by `collect_tree` (the rollout's
@@ -43,6 +43,7 @@ class TreeFeature(hooks.Feature):
   name = "tree"
   field = "tree.enabled"
   estimator = True
+  traced = ("episode_weight",)
 
   def enabled(self, config) -> bool:
     return config.get("tree") is not None and bool(config.tree.get("enabled", False))
@@ -62,9 +63,6 @@ class TreeFeature(hooks.Feature):
             f"leaves; group_size is {config.group_size}")
     require(t.kind in baselines.KINDS, "tree.kind",
             f"must be one of {baselines.KINDS}, got {t.kind!r}")
-
-  def hparams(self, config):
-    return {"tree_episode_weight": float(config.tree.episode_weight)}
 
   def bind(self, context: hooks.Context) -> hooks.Bound:
     return _TreeBound(context.config)
@@ -93,7 +91,7 @@ class _TreeBound(hooks.Bound):
     outcomes = jnp.sum(jnp.where(leaf_valid, inputs.signal.rewards, 0.0), axis=0)
     node, degenerate = tree_rollouts.tree_advantages(
         outcomes, self.branch, len(self.steps), kind=self.kind,
-        episode_weight=inputs.hp["tree_episode_weight"])
+        episode_weight=inputs.hp["tree.episode_weight"])
     adv = tree_rollouts.tree_step_advantages(node, self.steps, traj.rewards.shape[0])
     sibling_groups = sum(self.branch ** (i - 1) for i in range(1, len(self.steps) + 1))
     return jnp.where(traj.valid, adv, 0.0), carry, {

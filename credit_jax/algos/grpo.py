@@ -38,8 +38,8 @@ module), or "gru" / "transformer", sequence networks that remember the episode, 
 Hyperparameters in `hparams` (traced): lr, clip_eps, ent_coef, kl_coef, max_grad_norm.
 
 Optional process-reward shaping: a config with an enabled `prm` block (`credit_jax/addons/prm.py`,
-`configs/prm.py`) scores episodes by `prm_outcome_weight * return + prm_weight * agg PRM`
-(two more traced hparams; form "step" adds `prm_weight * (p_t - p_{t-1})` to each step's
+`configs/prm.py`) scores episodes by `prm.outcome_weight * return + prm.weight * agg PRM`
+(two more traced hparams; form "step" adds `prm.weight * (p_t - p_{t-1})` to each step's
 advantage instead), keeps the PRM in `aux["prm_params"]` and logs its metrics.
 """
 from __future__ import annotations

@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 import jax
 import numpy as np
 
+from credit_jax.addons import hooks
 from credit_jax.algos.train import ConfigError
 from credit_jax.sweep import _reuse
 from credit_jax.sweep import grid as grid_lib
@@ -111,11 +112,13 @@ def _batched_fns(train):
 
 
 def _call_inputs(call, seeds: int):
-  """Keys [B, 2] (seed i of a cell is train.py's seed i of that config) and hparams [B]."""
+  """Keys [B, 2] (seed i of a cell is train.py's seed i of that config) and hparams [B],
+  each read from its dotted config path (a feature's "gigpo.step_weight" too)."""
   keys = np.concatenate([np.asarray(jax.random.split(
       jax.random.PRNGKey(int(c.config.seed)), seeds)) for c in call.cells])
-  hp = {k: np.repeat(np.asarray([float(c.config[k]) for c in call.cells], np.float32),
-                     seeds) for k in call.train.default_hparams}
+  hp = {k: np.repeat(np.asarray([float(hooks.config_value(c.config, k))
+                                 for c in call.cells], np.float32), seeds)
+        for k in call.train.default_hparams}
   return keys, hp
 
 

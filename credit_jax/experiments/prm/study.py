@@ -170,8 +170,8 @@ def part_a(c, log, workdir=None):
     train = algos.make_train(g)
     s, a = int(c.seeds), len(members)
     hp = {k: jnp.full((a * s,), v, jnp.float32) for k, v in train.default_hparams.items()}
-    hp["prm_weight"] = jnp.repeat(jnp.array([m[3] for m in members], jnp.float32), s)
-    hp["prm_outcome_weight"] = jnp.repeat(jnp.array([m[4] for m in members],
+    hp["prm.weight"] = jnp.repeat(jnp.array([m[3] for m in members], jnp.float32), s)
+    hp["prm.outcome_weight"] = jnp.repeat(jnp.array([m[4] for m in members],
                                                     jnp.float32), s)
     keys = jnp.tile(jax.random.split(jax.random.PRNGKey(int(g.seed)), s), (a, 1))
     t0 = time.time()
@@ -346,7 +346,7 @@ def part_e(c, log) -> Dict[str, Any]:
   ws = (0.0,) + tuple(float(w) for w in c.ppo_weights)
   s, a = int(c.seeds), len(ws)
   hp = {k: jnp.full((a * s,), v, jnp.float32) for k, v in train.default_hparams.items()}
-  hp["prm_weight"] = jnp.repeat(jnp.array(ws, jnp.float32), s)
+  hp["prm.weight"] = jnp.repeat(jnp.array(ws, jnp.float32), s)
   keys = jnp.tile(jax.random.split(jax.random.PRNGKey(int(p.seed)), s), (a, 1))
   t0 = time.time()
   _, metrics = jax.jit(jax.vmap(train))(keys, hp)
