@@ -17,6 +17,8 @@ from __future__ import annotations
 import types
 from typing import Any, Optional, Sequence, Tuple
 
+import ml_collections
+
 from credit_jax.addons import curriculum, gigpo, hooks, prm, tree_groups, vine_ppo
 from credit_jax.config import require
 
@@ -54,10 +56,20 @@ def enabled(config) -> Tuple[str, ...]:
   return tuple(f.name for f in _enabled(config))
 
 
-def check(config, recipe: hooks.Recipe) -> None:
-  """Raises `ConfigError` naming the field of a feature `recipe` does not take, or the
-  first field an accepted one cannot run with."""
-  hooks.check(config, recipe, FEATURES)
+def check(config, recipe: hooks.Recipe, passed: Sequence[hooks.Feature] = (),
+          blocks: Sequence[str] = ()) -> None:
+  """Raises `ConfigError` naming the first config block no feature claims (a block is a
+  group of fields, `config.<name>`; `blocks` are the recipe's own, such as `network`),
+  then the field of a feature `recipe` does not take, or the first field an accepted one
+  cannot run with. `passed`: the feature objects given to the recipe's `make_train`."""
+  feats = known(passed)
+  claimed = {f.block for f in feats} | set(blocks)
+  for key in config.keys():
+    if isinstance(config[key], ml_collections.ConfigDict) and key not in claimed:
+      require(False, key, f"no feature claims this block, so it would be ignored; the "
+              f"registry's are {sorted({f.block for f in FEATURES})}, a fork's feature is "
+              f"passed as make_train(config, features=(MyFeature(),))")
+  hooks.check(config, recipe, feats)
   kind = str(config.get("network", {}).get("kind", "mlp"))
   for f in (f for f in STEP_CREDIT if f.enabled(config)):
     require(kind in ("mlp", "tabular", "linear"), "network.kind",

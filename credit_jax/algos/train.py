@@ -75,6 +75,10 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
+# The groups of fields every recipe shares (`base_config`): no feature claims them.
+SHARED_BLOCKS = ("env_kwargs", "network")
+
+
 def checkpoint_at_end(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Sets `c` to checkpoint once, at the end of training, and keep that one; returns `c`
   (recipes whose runs are short, or swept by the hundred)."""
@@ -222,14 +226,17 @@ def _check_rollout_horizon(config, env, env_params) -> None:
 
 
 def validate(config, algo: str, fields_fn: Callable[[Any], None],
-             recipe: Optional[hooks.Recipe] = None) -> None:
+             recipe: Optional[hooks.Recipe] = None,
+             passed: Tuple[hooks.Feature, ...] = ()) -> None:
   """A recipe's whole `validate_config`: shared fields, the recipe's own, its hooks, the
   environment.
 
   Raises `ConfigError` naming the first field that cannot run: `config.algo` must be
   `algo`, then the fields of `base_config()`, then `fields_fn(config)` (the recipe's own
-  fields), then the features (`credit_jax/addons/features.py`): one `recipe` does not
-  accept (`None`: a recipe that accepts none) is refused, an accepted one validated; then
+  fields), then the features (`credit_jax/addons/features.py`): a config block no
+  feature claims (the registry's or one of the `passed` objects) is refused, so is one
+  `recipe` does not accept (`None`: a recipe that accepts none), an accepted one is
+  validated; then
   the environment must be makeable with `config.env_kwargs`, and an episodic recipe's
   rollout (`config.horizon`) must hold a whole episode. Nothing is compiled.
   """
@@ -237,7 +244,8 @@ def validate(config, algo: str, fields_fn: Callable[[Any], None],
           f"this is the {algo!r} recipe's validation, got algo={config.get('algo')!r}")
   _validate_shared(config)
   fields_fn(config)
-  features.check(config, recipe if recipe is not None else hooks.Recipe(algo))
+  features.check(config, recipe if recipe is not None else hooks.Recipe(algo), passed,
+                 SHARED_BLOCKS)
   _validate_env(config)
   if algo in EPISODIC and not int(config.get("retry_attempts", 0) or 0):
     env, env_params = make_env(config)

@@ -76,12 +76,11 @@ def _fields(config) -> None:
   req(int(config.num_envs) >= 2, "num_envs", "the leave-one-out baseline needs >= 2")
   req(config.objective == "ppo" or int(config.num_epochs) == 1, "num_epochs",
       "REINFORCE takes one step per batch; use objective = 'ppo' for epochs")
-  hooks.check(config, RECIPE, FEATURES)
 
 
 def validate_config(config) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "learned_credit", _fields)
+  train_lib.validate(config, "learned_credit", _fields, RECIPE, FEATURES)
 
 
 def episode_success(traj) -> jax.Array:
