@@ -9,12 +9,14 @@ actor-critics, the process reward model, and the categorical distribution they s
 Modules: `mlp` (dense layers, MLP, ActorCritic, categorical sampling / log-prob /
 entropy / KL, `make_policy_fn`), `gru` (the GRU cell and its scans, plain and fast path),
 `sequence` (GRU and cached-transformer actor-critics, `unroll`, `make_sequence_policy`),
-`prm` (the process reward model and its training step), `lm` (a causal token LM with a
-KV cache and a value head, for the token tool-use environments; `lm.make_policy`),
-`tabular` (table and linear policies and critics over an observation's one-hot parts,
-`network.kind` "tabular" | "linear").
+`initializers` (`orthogonal`: flax's values, safe to vmap on jaxlib 0.10; every network's
+initialiser), `prm` (the process reward model and its training step), `lm` (a causal token
+LM with a KV cache and a value head, for the token tool-use environments;
+`lm.make_policy`), `tabular` (table and linear policies and critics over an observation's
+one-hot parts, `network.kind` "tabular" | "linear").
 """
-from credit_jax.nets import gru, lm, mlp, prm, sequence, tabular
+from credit_jax.nets import gru, initializers, lm, mlp, prm, sequence, tabular
+from credit_jax.nets.initializers import orthogonal
 from credit_jax.nets.mlp import (MLP, ActorCritic, ColumnDense, RowDense, activation_fn,
                                  categorical_entropy, categorical_kl, categorical_log_prob,
                                  categorical_noise, categorical_sample,
@@ -29,6 +31,6 @@ __all__ = [
     "TransformerActorCritic", "activation_fn", "categorical_entropy", "categorical_kl",
     "categorical_log_prob", "categorical_noise", "categorical_sample",
     "categorical_sample_with_noise", "gru", "lm", "make_greedy_policy_fn", "make_policy_fn",
-    "make_sequence_network", "make_sequence_policy", "make_table_network", "mlp", "prm",
-    "sequence", "tabular", "unroll",
+    "initializers", "make_sequence_network", "make_sequence_policy", "make_table_network",
+    "mlp", "orthogonal", "prm", "sequence", "tabular", "unroll",
 ]

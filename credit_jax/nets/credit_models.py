@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from credit_jax.nets import gru
+from credit_jax.nets import gru, initializers
 from credit_jax.nets.mlp import MLP
 
 Array = jax.Array
@@ -52,7 +52,7 @@ class ReturnPredictor(nn.Module):
     h0 = jnp.zeros((1, self.hidden_size), jnp.float32)
     hs = jax.vmap(lambda xp_b, s_b: gru.scan(w_h, b_h[None], h0, xp_b, s_b),
                   in_axes=(1, 1), out_axes=1)(xp, starts)           # [T, B, 1, H]
-    head = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0),
+    head = nn.Dense(1, kernel_init=initializers.orthogonal(1.0),
                     bias_init=nn.initializers.zeros, name="head")
     return head(hs[:, :, 0])[..., 0]
 
@@ -71,7 +71,7 @@ class HindsightModel(nn.Module):
     x = jnp.concatenate([obs.astype(jnp.float32), outcome.astype(jnp.float32)], axis=-1)
     x = MLP(tuple(self.hidden_sizes), self.activation, name="torso")(x)
     # A small output gain starts h near uniform, as the policy's head starts.
-    return nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01),
+    return nn.Dense(self.num_actions, kernel_init=initializers.orthogonal(0.01),
                     bias_init=nn.initializers.zeros, name="head")(x)
 
 

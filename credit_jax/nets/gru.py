@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 
 from credit_jax import fast_paths
+from credit_jax.nets import initializers
 
 Array = jax.Array
 Kernels = Tuple[Array, Array, Array]
@@ -87,9 +88,9 @@ class GRUCell(nn.Module):
     for name, init, bias in (("ir", nn.initializers.lecun_normal(), True),
                              ("iz", nn.initializers.lecun_normal(), True),
                              ("in", nn.initializers.lecun_normal(), True),
-                             ("hr", nn.initializers.orthogonal(), False),
-                             ("hz", nn.initializers.orthogonal(), False),
-                             ("hn", nn.initializers.orthogonal(), True)):
+                             ("hr", initializers.orthogonal(), False),
+                             ("hz", initializers.orthogonal(), False),
+                             ("hn", initializers.orthogonal(), True)):
       parts[name] = _Dense(h, bias, init, name=name)(in_features if name[0] == "i" else h)
     w_i = jnp.concatenate([parts[n][0] for n in ("ir", "iz", "in")], axis=1)
     b_i = jnp.concatenate([parts[n][1] for n in ("ir", "iz", "in")])

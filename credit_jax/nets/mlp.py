@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from credit_jax import fast_paths
+from credit_jax.nets import initializers
 from credit_jax.types import PresampledPolicy
 
 Array = jax.Array
@@ -43,7 +44,7 @@ def activation_fn(name: str) -> Callable[[Array], Array]:
 def _dense(features: int, scale: float, name=None, cls=nn.Dense) -> nn.Dense:
   # Orthogonal init with per-layer gains (sqrt(2) hidden, 0.01 policy, 1 value) keeps the
   # initial policy near uniform and the value near zero: the standard PPO recipe.
-  return cls(features, kernel_init=nn.initializers.orthogonal(scale),
+  return cls(features, kernel_init=initializers.orthogonal(scale),
              bias_init=nn.initializers.zeros, name=name)
 
 

@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from credit_jax.nets import gru
+from credit_jax.nets import gru, initializers
 from credit_jax import nets
 from credit_jax.types import SequencePolicy
 
@@ -53,7 +53,7 @@ KINDS = ("gru", "transformer")
 
 
 def _dense(features: int, scale: float) -> nn.Dense:
-  return nn.Dense(features, kernel_init=nn.initializers.orthogonal(scale),
+  return nn.Dense(features, kernel_init=initializers.orthogonal(scale),
                   bias_init=nn.initializers.zeros)
 
 
