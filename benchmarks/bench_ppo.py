@@ -56,8 +56,8 @@ if _DEVICES and int(_DEVICES.group(1)) > 1 and not cpu_affinity.accelerator_pres
 # off (a jaxlib 0.10 hang) for both systems: the rejax subprocess inherits XLA_FLAGS. It
 # costs time at one seed, so run one-seed cells on their own (--seeds=1) to measure them
 # without it.
-# Importing credit_jax starts jax: after the settings above; configure_process then
-# re-executes the process with the flags (see credit_jax/runtime/launch.py).
+# Before credit_jax (whose environments start JAX): configure_process applies only before
+# the backend starts (see credit_jax/runtime/launch.py).
 _SEEDS = re.search(r"--seeds[= ]([\d,]+)", " ".join(sys.argv))
 from credit_jax.runtime import launch
 launch.configure_process(

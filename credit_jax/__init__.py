@@ -26,10 +26,9 @@ __version__ = "0.1.0"
 
 # The public names and the module each comes from. Nothing is imported until first use
 # (PEP 562 `__getattr__` below): `import credit_jax` imports no JAX and starts no XLA
-# backend. That matters because gymnax, which the environments build on, runs a JAX
-# operation when it is imported, and XLA reads XLA_FLAGS only when its backend starts; so
-# `cj.configure_process()` right after `import credit_jax` still takes effect in the
-# process itself (BUILD.md "No hang from Python").
+# backend (gymnax, which the environments build on, runs a JAX operation when it is
+# imported), so the optional `cj.configure_process()` right after it can still set
+# XLA_FLAGS in the process itself.
 _SUBMODULES = ("algos", "anchors", "baselines", "diagnostics", "envs", "fast_paths",
                "hindsight", "nets", "replay", "returns", "rollout", "search", "tree_rollouts",
                "vine")
@@ -49,11 +48,11 @@ _HOME.update({name: f"credit_jax.{name}" for name in _SUBMODULES})
 
 
 def configure_process(num_seeds=None, **kwargs):
-  """Sets the XLA CPU flags that keep the installed jaxlib from hanging; call it once,
-  before the first JAX computation (right after `import credit_jax as cj`).
+  """Optional XLA CPU settings, before the first JAX computation; returns the flags added.
 
-  Returns the flags it added to XLA_FLAGS (none on a jaxlib that needs none). See
-  `credit_jax.runtime.launch.configure_process` for `num_seeds` and the options.
+  Nothing in the library needs it: every network's initialiser is safe to vmap on every
+  supported jaxlib (credit_jax/nets/initializers.py, BUILD.md "No hang from Python").
+  See `credit_jax.runtime.launch.configure_process` for `num_seeds` and the options.
   """
   from credit_jax.runtime import launch   # imports no JAX
   return launch.configure_process(num_seeds, **kwargs)
@@ -85,8 +84,6 @@ _MOVED = {
 
 def __getattr__(name):
   if name in _HOME:
-    from credit_jax.runtime import launch
-    launch.warn_if_unconfigured(stacklevel=3)   # the first use: before anything runs
     module = _importlib.import_module(_HOME[name])
     value = module if name in _SUBMODULES else getattr(module, name)
     globals()[name] = value           # later lookups skip __getattr__

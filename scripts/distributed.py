@@ -16,9 +16,8 @@ system). On CPUs the processes talk through gloo (`jax_cpu_collectives_implement
 set here before the runtime starts.
 
 The XLA options of credit_jax/runtime/launch.py for multi-seed runs are set here too, before jax
-starts: a multi-process run always splits several seeds, and the re-execution by which
-`launch.configure_process` otherwise applies late options would tear down the
-processes' connection. launch.py is loaded from its file, because importing the
+starts: a multi-process run always splits several seeds, and the options apply only if
+set before the backend starts. launch.py is loaded from its file, because importing the
 credit_jax package starts JAX.
 """
 from __future__ import annotations

@@ -20,12 +20,6 @@ import cpu_affinity
 
 from absl import app, flags  # pylint: disable=g-bad-import-order
 
-from credit_jax.runtime import launch
-
-# Evaluation runs one seed's policy per compiled program: no XLA flag is needed (and the
-# library's first use then does not warn about an unconfigured process).
-launch.configure_process(num_seeds=1)
-
 from credit_jax import fast_paths  # pylint: disable=g-import-not-at-top,g-bad-import-order
 from credit_jax.runtime import cli, evaluate  # pylint: disable=g-import-not-at-top
 

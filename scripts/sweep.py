@@ -42,9 +42,7 @@ distributed.define_flags(flags)
 def _standalone(name: str):
   """credit_jax/runtime/<name>.py loaded on its own (launch.py, watchdog.py, cli.py: none
   imports the package): importing the credit_jax package runs a JAX computation (gymnax, at import),
-  which would start the backend before XLA_FLAGS is set and make configure_process
-  re-execute the process (and, under jax.distributed, drop its connection to the
-  coordinator)."""
+  which would start the backend before configure_process could set XLA_FLAGS."""
   path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "credit_jax",
                       "runtime", f"{name}.py")
   spec = importlib.util.spec_from_file_location(f"_credit_jax_{name}", path)

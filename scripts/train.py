@@ -47,11 +47,6 @@ from ml_collections import config_flags
 
 from credit_jax.runtime import cli, launch, watchdog   # none of them runs JAX
 
-# main() sets the XLA flags for the config's seed count, before any JAX computation; the
-# config file (parsed before main) imports the library, which warns at its first use in
-# a process nobody configured. Configured here for now as a one-seed program (no flag).
-launch.configure_process(num_seeds=1)
-
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with a variant: configs/<name>.py[:variant].")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and metrics.")
@@ -67,8 +62,9 @@ def main(argv):
   if len(argv) > 1:
     cli.fail(f"unexpected arguments: {argv[1:]}", cli.EXIT_USAGE)
   config = cli.config_value(_CONFIG, "config")
-  # Process-wide XLA options from the parsed config, before the run loop is imported.
-  # (A bad seed count is named by the config check below.)
+  # The optional XLA CPU setting for the config's seed count (credit_jax/runtime/launch.py);
+  # it applies only if the config file started no JAX backend. A bad seed count is named
+  # by the config check below.
   launch.configure_process(num_seeds=max(1, int(config.get("seeds", 1))))
   cli.quiet_library_logs()  # orbax logs every save at INFO, and its errors at length
   from credit_jax import fast_paths  # pylint: disable=g-import-not-at-top

@@ -25,8 +25,8 @@ _PATH = os.path.join(os.path.dirname(__file__), os.pardir, "credit_jax", "runtim
 _spec = importlib.util.spec_from_file_location("_credit_jax_launch_for_tests", _PATH)
 _launch = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_launch)
-# Two or more seeds: the setting for multi-seed programs; no re-execution of pytest.
-_launch.configure_process(num_seeds=2, reexec=False)
+# Two or more seeds: the setting for multi-seed programs.
+_launch.configure_process(num_seeds=2)
 
 _LEVEL_FLAG = "--xla_backend_optimization_level"
 if (os.environ.get("CREDIT_JAX_TEST_XLA_LEVEL0", "1") != "0"

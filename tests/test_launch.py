@@ -1,6 +1,7 @@
-"""Tests for credit_jax/runtime/launch.py: XLA flags from the parsed config (only where safe, once,
-through a re-execution when JAX has already started), and environment options from the
-command line (`--config.env_kwargs.NAME=VALUE`, checked against the env's options)."""
+"""Tests for credit_jax/runtime/launch.py: the optional XLA flags from the parsed config (only
+where safe, once, and only while no JAX backend has started: never a re-execution), and
+environment options from the command line (`--config.env_kwargs.NAME=VALUE`, checked
+against the env's options)."""
 import importlib.util
 import json
 import os
@@ -59,6 +60,7 @@ def test_user_setting_is_respected_and_bad_seeds_rejected():
 def test_hang_advice_names_the_missing_setting_or_says_it_is_set():
   for flag in FLAGS_0_10:
     assert flag in launch.hang_advice((0, 10), {"XLA_FLAGS": ""})
+  assert "credit_jax.nets.orthogonal" in launch.hang_advice((0, 10), {"XLA_FLAGS": ""})
   assert "already holds" in launch.hang_advice((0, 10), {"XLA_FLAGS": " ".join(FLAGS_0_10)})
   assert "knows no XLA setting" in launch.hang_advice((0, 99), {})
 
@@ -76,15 +78,16 @@ def test_module_imports_no_jax():
   assert out.stdout.strip() == "False"
 
 
-def test_started_backend_without_reexec_is_an_error():
-  # This test process has started JAX: the flags could no longer apply.
+def test_started_backend_leaves_xla_flags_alone():
+  # This test process has started JAX: the flags could no longer apply, and the setting
+  # is optional, so the call changes nothing (no error, no re-execution).
   import jax   # pylint: disable=g-import-not-at-top
   jax.numpy.zeros(()).block_until_ready()
   saved = os.environ.copy()
   try:
     os.environ.pop("XLA_FLAGS", None)
-    with pytest.raises(RuntimeError, match="before any JAX computation"):
-      launch.configure_process(4, version=(0, 10), reexec=False)
+    assert launch.configure_process(4, version=(0, 10)) == []
+    assert "XLA_FLAGS" not in os.environ
   finally:
     os.environ.clear()
     os.environ.update(saved)
@@ -131,16 +134,15 @@ def file_config_run(tmp_path_factory):
   return workdir, proc
 
 
-def test_config_file_seeds_get_the_xla_flags_through_a_reexecution(file_config_run):
-  expected = launch.xla_flags_for(4, existing="")
-  if not expected:
-    pytest.skip(f"no XLA flags for multi-seed runs on jaxlib {launch.jaxlib_version()}")
+def test_config_file_that_starts_jax_runs_its_seeds_without_a_reexecution(file_config_run):
+  # The config file imports the library (JAX starts): the optional flags cannot apply, and
+  # the run goes on without them, saying nothing about it.
   workdir, proc = file_config_run
   with open(workdir / "summary.json") as f:
     summary = json.load(f)
   assert summary["seeds"] == 4
-  assert summary["xla_flags"].split() == expected   # what the child process ran with
-  assert proc.stderr.count("re-executing with XLA_FLAGS=") == 1, proc.stderr[-3000:]
+  assert summary["xla_flags"] == ""   # what the process ran with
+  assert "re-executing" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
 
 
 def test_env_option_set_on_the_command_line_reaches_the_run(file_config_run):

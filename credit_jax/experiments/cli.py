@@ -28,11 +28,6 @@ from ml_collections import config_flags
 
 from credit_jax.runtime import cli, launch, watchdog, workdir
 
-# Scripts import this module before their study (whose imports may start JAX): main()
-# calls configure_process once the config is parsed, so no first-use warning is due.
-launch.entry_point_will_configure()
-
-
 def main(experiment: ModuleType) -> None:
   """Defines --config and --workdir, parses them and runs `experiment`; exits when done.
 

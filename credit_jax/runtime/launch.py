@@ -23,22 +23,20 @@ not name:
     ...
     config = launch.apply_env_overrides(_CONFIG.value)   # after configure_process
 
-What it sets, and why: jaxlib 0.10's XLA CPU runtime wedges for good (every thread
-parked, the result never ready) on vmapped programs that batch a LAPACK kernel, such as
-any recipe's orthogonal initialisers vmapped over seeds (`_CPU_FLAGS`). `xla_flags_for`
-returns the XLA flags that avoid it on the installed jaxlib, and nothing for jaxlib
-versions not known to accept them (XLA aborts the whole process on a flag it does not
-know). XLA reads `XLA_FLAGS` once, when JAX creates its first backend. `import
-credit_jax` starts none (its submodules, and gymnax, which runs a JAX operation at
-import, load at first use), so the call right after it applies in the process itself.
-When a backend already exists and the flags are missing, a script re-executes itself with
-them (the same argv, a few seconds), so the setting never silently fails to apply; where
-there is no script to re-execute (`python3 -c`, a notebook) it raises, naming the
-XLA_FLAGS to start Python with. The package warns once, at the first use of a `cj.` name,
-when the installed jaxlib needs the flags and neither the call nor XLA_FLAGS set them
-(`warn_if_unconfigured`; a warning, no change to JAX). scripts/distributed.py loads this
-file by path and sets the flags before `jax.distributed` starts, where a re-execution
-would break the processes' connection.
+What it sets, and why: XLA CPU thread settings (`_CPU_FLAGS`), an optional tuning, not a
+guard. jaxlib 0.10's batched CPU QR kernel (flax's orthogonal initialiser, vmapped over
+seeds) can wedge the process for good; the library never reaches it, on any setting:
+every network's orthogonal initialiser maps the unbatched QR over a vmapped batch
+(credit_jax/nets/initializers.py), so `import credit_jax` followed by any documented call
+needs no setup (BUILD.md "No hang from Python"). The flags, which also avoided the wedge
+before that change, stay the setting entry points run multi-seed programs with on jaxlib
+0.10 (measured cost-neutral on 2 cores, BUILD.md "Hang soak"). XLA reads `XLA_FLAGS`
+once, when JAX creates its first backend; `import credit_jax` starts none, so a call
+right after it applies in the process itself. A call after a backend has started changes
+nothing and says nothing (the settings are optional: no re-execution, no warning).
+`xla_flags_for` returns nothing for jaxlib versions not known to accept the flags (XLA
+aborts the whole process on a flag it does not know). scripts/distributed.py loads this
+file by path and sets the flags before `jax.distributed` starts.
 
 This file imports no JAX (nor any credit_jax module) at import time; it only reads
 jaxlib's version from the installed package metadata (`apply_env_overrides` imports
@@ -53,44 +51,24 @@ import inspect
 import os
 import re
 import sys
-import warnings
 from typing import (Any, Callable, Dict, List, MutableMapping, Optional, Sequence,
                     Tuple)
 
 # (flag name, value) pairs applied on CPU, per jaxlib (major, minor): to any program when
 # `num_seeds` is None, to multi-seed programs when an entry point gives it.
 # A flag already named in XLA_FLAGS (either way) is left as the user set it.
-# jaxlib 0.10 (BUILD.md "No hang from Python"): its CPU LAPACK kernels (QR, under every
-# orthogonal initialiser) split a vmapped batch over XLA's intra-op thread pool and wait
-# for the pieces from inside that pool. With the concurrency-optimised thunk scheduler,
-# two such kernels can occupy every pool thread of a 2-core machine, each waiting for
-# work queued behind the other: the process parks for good. PPO with a GRU, 2 vmapped
-# seeds, 2 cores, no flags: 5 of 5 runs hung (jaxlib 0.10.2; 5 of 5 on 0.10.1), every one
-# with the pool threads in QrFactorization -> ParallelBatchMap -> BlockingCounter::Wait;
-# with the scheduler off 5 of 5 finished; Eigen's thread pool off alone, or XLA's YNN
-# fusions off, hung 5 of 5. Eigen's pool stays off too: a wedge was once seen with the
-# scheduler alone off (scripts/prm.py), and turning it off costs nothing measurable here.
-# jaxlib 0.11.2 and later have no such wait (5 of 5 runs finished without flags).
+# jaxlib 0.10 (BUILD.md "No hang from Python"): its CPU LAPACK QR kernel splits a vmapped
+# batch over XLA's intra-op thread pool and waits for the pieces from inside that pool;
+# with the concurrency-optimised thunk scheduler two such kernels can occupy every pool
+# thread of a 2-core machine, each waiting for work queued behind the other. PPO with a
+# GRU and flax's initialiser, 2 vmapped seeds, no flags: 5 of 5 runs hung; with the
+# scheduler off 5 of 5 finished. The library's own initialiser no longer batches the QR
+# (credit_jax/nets/initializers.py); these flags remain a second line for a user's own
+# vmapped LAPACK call, and the setting multi-seed entry points were measured with.
 _CPU_FLAGS = {
     (0, 10): (("xla_cpu_enable_concurrency_optimized_scheduler", "false"),
               ("xla_cpu_multi_thread_eigen", "false")),
 }
-# Set in the re-executed child so that it never re-executes again.
-_REEXEC_MARK = "CREDIT_JAX_LAUNCH_REEXEC"
-# Whether configure_process ran in this process, and whether the warning was given.
-_CONFIGURED = False
-_WARNED = False
-# Set by `entry_point_will_configure()` (an absl main that calls configure_process
-# itself once its flags are parsed): no warning at a first use before that.
-_ENTRY_POINT = False
-
-
-def entry_point_will_configure() -> None:
-  """Marks this process as an entry point that calls `configure_process` itself, so
-  `warn_if_unconfigured` does not tell its user to. `credit_jax.experiments.cli` calls it
-  at import (scripts import it before their study); a library user never needs it."""
-  global _ENTRY_POINT
-  _ENTRY_POINT = True
 
 
 def jaxlib_version() -> Optional[Tuple[int, int]]:
@@ -142,73 +120,28 @@ def _stderr(line: str) -> None:
 
 def configure_process(num_seeds: Optional[int] = None, *,
                       environ: Optional[MutableMapping[str, str]] = None,
-                      version: Optional[Tuple[int, int]] = None,
-                      argv: Optional[Sequence[str]] = None,
-                      reexec: bool = True,
-                      log: Callable[[str], None] = _stderr) -> List[str]:
-  """Adds the XLA flags for `num_seeds` vmapped seeds to XLA_FLAGS; returns those added.
+                      version: Optional[Tuple[int, int]] = None) -> List[str]:
+  """Adds the XLA CPU settings for `num_seeds` vmapped seeds to XLA_FLAGS, where they can
+  still apply; returns the flags added.
 
-  Call before any JAX computation (`cj.configure_process()` in a script; entry points
-  pass `num_seeds`, None means any program). If a JAX backend already exists and flags had
-  to be added, a script run as `python3 FILE ...` re-executes itself with `argv`
-  (default: the command line as given) and the new environment (saying so through
-  `log`); it raises RuntimeError instead when `reexec` is False or there is no script
-  file to re-execute (`python3 -c`, a notebook, the REPL).
+  Optional (module doc): nothing the library does needs it. Call it before any JAX
+  computation (`cj.configure_process()` right after `import credit_jax as cj`; entry
+  points pass `num_seeds`, None means any program). When a JAX backend has already
+  started, XLA has read its flags: the call changes nothing and returns [].
+  `environ` (default `os.environ`) other than the process's own is always updated.
   """
-  global _CONFIGURED
   environ = os.environ if environ is None else environ
   existing = environ.get("XLA_FLAGS", "")
   added = xla_flags_for(num_seeds, version, existing)
-  if environ is os.environ:
-    _CONFIGURED = True
-  if not added:
-    if environ is os.environ:
-      os.environ.pop(_REEXEC_MARK, None)   # a re-executed child: its children start clean
+  if not added or (environ is os.environ and _backend_started()):
     return []
   environ["XLA_FLAGS"] = " ".join([existing] + added).strip()
-  if environ is os.environ and _backend_started():
-    args = list(argv if argv is not None else (_ORIGINAL_ARGV or sys.argv))
-    if not reexec or os.environ.get(_REEXEC_MARK) or not (args and os.path.isfile(args[0])):
-      raise RuntimeError(
-          f"JAX started its backend before credit_jax.configure_process could set "
-          f"XLA_FLAGS={environ['XLA_FLAGS']!r}; call it before any JAX computation, or "
-          f"start Python with that XLA_FLAGS")
-    os.environ[_REEXEC_MARK] = "1"
-    log(f"launch: JAX had started before XLA_FLAGS could be set; re-executing with "
-        f"XLA_FLAGS={environ['XLA_FLAGS']!r}")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable] + args)
   return added
-
-
-def warn_if_unconfigured(environ: Optional[MutableMapping[str, str]] = None,
-                         version: Optional[Tuple[int, int]] = None,
-                         stacklevel: int = 2) -> None:
-  """Warns once, in one line, when the installed jaxlib needs `_CPU_FLAGS` and neither
-  `configure_process` ran in this process nor XLA_FLAGS holds them. Changes nothing.
-
-  The package calls it at the first use of a `cj.` name (credit_jax/__init__.py).
-  """
-  global _WARNED
-  if _WARNED or ((_CONFIGURED or _ENTRY_POINT) and environ is None):
-    return
-  environ = os.environ if environ is None else environ
-  missing = xla_flags_for(None, version, environ.get("XLA_FLAGS", ""))
-  if missing:
-    _WARNED = True
-    shown = (".".join(map(str, version)) if version is not None
-             else importlib.metadata.version("jaxlib"))
-    warnings.warn(
-        f"jaxlib {shown} can hang for good on vmapped CPU "
-        f"programs: call cj.configure_process() right after `import credit_jax as cj` "
-        f"(or start Python with XLA_FLAGS='{' '.join(missing)}')",
-        RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def hang_advice(version: Optional[Tuple[int, int]] = None,
                 environ: Optional[MutableMapping[str, str]] = None) -> str:
-  """One sentence on the XLA setting to try after a hang, for the watchdog's message."""
+  """What to do after a hang, for the watchdog's message."""
   environ = os.environ if environ is None else environ
   version = jaxlib_version() if version is None else version
   current = environ.get("XLA_FLAGS", "")
@@ -216,8 +149,10 @@ def hang_advice(version: Optional[Tuple[int, int]] = None,
   missing = [f for f in known if f.split("=")[0][2:] not in current]
   where = f"jaxlib {'.'.join(map(str, version)) if version else '(unknown)'}"
   if missing:
-    return (f"Start Python with XLA_FLAGS='{' '.join([current] + missing).strip()}' "
-            f"(what credit_jax.runtime.launch sets for multi-seed runs on {where}).")
+    return (f"On {where} a vmapped QR (flax's nn.initializers.orthogonal in your own "
+            f"model, jnp.linalg.qr) can wedge the CPU runtime: use "
+            f"credit_jax.nets.orthogonal(scale) as its kernel_init (the same values), or "
+            f"start Python with XLA_FLAGS='{' '.join([current] + missing).strip()}'.")
   if known:
     return (f"XLA_FLAGS already holds credit_jax.runtime.launch's setting for {where} "
             f"({' '.join(known)}); try fewer seeds, and report the stacks above.")
@@ -228,10 +163,8 @@ def hang_advice(version: Optional[Tuple[int, int]] = None,
 # --- environment options from the command line --------------------------------------------
 
 # `--config.env_kwargs.NAME=VALUE` (or `... VALUE`) arguments taken out of argv by the
-# parser `make_flags_parser` returns, for `apply_env_overrides`; and the command line as
-# given, for a re-execution.
+# parser `make_flags_parser` returns, for `apply_env_overrides`.
 _ENV_OVERRIDES: Dict[str, str] = {}
-_ORIGINAL_ARGV: List[str] = []
 
 
 def split_env_overrides(argv: Sequence[str], config_flag: str = "config"
@@ -269,7 +202,7 @@ def make_flags_parser(config_flag: str = "config") -> Callable[[List[str]], List
   parse error is one line and exit status 2 (credit_jax/runtime/cli.py).
 
   The arguments are also taken out of `sys.argv`, which ml_collections' config flag reads
-  by itself; `configure_process` re-executes with the command line as given.
+  by itself.
   """
 
   def parse(argv: List[str]) -> List[str]:
@@ -281,7 +214,6 @@ def make_flags_parser(config_flag: str = "config") -> Callable[[List[str]], List
       sys.exit(2)
     _ENV_OVERRIDES.clear()
     _ENV_OVERRIDES.update(found)
-    _ORIGINAL_ARGV[:] = sys.argv
     sys.argv[:] = sys_rest
     rest = _sibling("cli").parse_flags(rest)   # one-line errors, exit status 2
     _note_file_env(config_flag)

@@ -3,14 +3,15 @@
 A reproducer for the XLA CPU wedge (BUILD.md "No hang from Python"): the program a
 research script writes, not an entry point. It builds PPO's `default_config()` with a
 GRU network on KeyChain-v0 (T = 64, cue_delay = 16) and runs
-`jax.jit(jax.vmap(make_train(c)))(keys)` for 2 seeds, as the README tells a user to
-write it: `cj.configure_process()` first.
+`jax.jit(jax.vmap(make_train(c)))(keys)` for 2 seeds. Before issue 46 it hung for good
+on jaxlib 0.10 without `cj.configure_process()`; the library's initialisers no longer
+reach the kernel that wedged, so the call is optional.
 
   python3 scripts/repro/direct_gru_ppo.py                 # 131,072 env steps per seed
   python3 scripts/repro/direct_gru_ppo.py --steps=65536 --no-configure
 
-`--no-configure` leaves out the configure call (the program as written before the call
-was documented), for measuring the wedge's rate under XLA_FLAGS set from outside.
+`--no-configure` leaves out the optional call (the program as a new user writes it), for
+measuring the wedge's rate under XLA_FLAGS set from outside (scripts/soak.py).
 Prints the compile and run time and the env steps per second of the compiled call.
 """
 import argparse

@@ -2,19 +2,19 @@
 
 The README's block leaves its inputs (rewards, values, a network, its parameters) to the
 reader; this script makes them (T = 64 steps, a batch of 8) and then runs the block's
-calls as written, waiting for each result. The first JAX-facing line is the one the README
-tells a user to write first: `cj.configure_process()`.
+calls as written, waiting for each result. `--configure` adds the optional
+`cj.configure_process()` first.
 
   python3 scripts/repro/readme_library.py
-  python3 scripts/repro/readme_library.py --no-configure   # the block without the call
+  python3 scripts/repro/readme_library.py --configure   # with the optional call
 """
 import argparse
 import sys
 import time
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-parser.add_argument("--no-configure", dest="configure", action="store_false",
-                    help="do not call cj.configure_process()")
+parser.add_argument("--configure", action="store_true",
+                    help="call the optional cj.configure_process() first")
 args = parser.parse_args()
 
 t0 = time.perf_counter()
