@@ -382,7 +382,7 @@ def test_make_passes_gymnax_ids_through():
   assert set(static) == {"horizon", "num_pivotal", "num_actions", "cue_delay",
                          "positions", "pivotal_flag", "distractor_cues", "distinct_rules",
                          "cues_at_start", "pivotal_density", "distractor_reward_std",
-                         "rule_seed"}
+                         "rule_seed", "segment_cue_onehot", "episode_noise_std"}
   assert fields == ("max_steps_in_episode",)
 
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import gymnax
 
-from credit_jax.envs import bsuite, success
+from credit_jax.envs import bsuite, conveyor_treasure, success
 from credit_jax.envs.base import CreditEnv, check_param_range, check_step_limit
 from credit_jax.envs.bitflip import BitFlip
 from credit_jax.envs.goal import GoalEnvMixin
@@ -54,6 +54,7 @@ _REGISTRY: Dict[str, type] = {
     "RunningSum-v0": RunningSum,
     "KeyToDoor-v0": KeyToDoor,
     "LinearKeyToDoor-v0": LinearKeyToDoor,
+    "ConveyorTreasure-v0": conveyor_treasure.ConveyorTreasure,   # COCOA's corridor exactly
     # bsuite's chains as bsuite defines them (credit_jax/envs/bsuite.py says how they
     # differ from gymnax's "UmbrellaChain-bsuite", ... , which pass through unchanged).
     "bsuite/UmbrellaChain-v0": bsuite.UmbrellaChain,

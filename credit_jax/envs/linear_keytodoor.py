@@ -2,7 +2,20 @@
 
 After the linear key-to-door of COCOA (Meulemans et al., "Would I have gotten that
 reward? Long-term credit assignment by counterfactual contribution analysis", NeurIPS
-2023, arXiv 2306.16803), built from its description. The agent walks a corridor of
+2023, arXiv 2306.16803), built from the paper's description before their code was read.
+**It is not COCOA's corridor**; `ConveyorTreasure-v0` (`credit_jax/envs/conveyor_treasure.py`)
+is, read from their code. Kept for the results that used it. How it differs from theirs:
+  * the apple layout is redrawn every episode (from the reset key); theirs is one fixed
+    layout (NumPy seed 2022) for every episode;
+  * an apple's value is a function of the layout seed, so every episode of one reset (a
+    GRPO group) sees the same apple values and a group baseline cancels them exactly;
+    theirs draws the value when the apple is eaten, from the step's key;
+  * the observation is [content 6, key flag 1, t/L] with contents numbered (empty, apple
+    A, apple B, key, door, treasure); theirs is [t/L, content 6, keys one-hot 2] numbered
+    (empty, left, right, door, key, treasure).
+The treasure, the reward scale 23 / L, the actions and the episode length are the same.
+
+The agent walks a corridor of
 `length` (L) cells one cell per step, whatever it does: at step t it stands on cell t,
 and the episode terminates after L steps. Cells:
 
@@ -81,10 +94,84 @@ class LinearKeyToDoorParams(environment.EnvParams):
   max_steps_in_episode: int = 23  # time limit; make() sets it to L
 
 
-class LinearKeyToDoor(base.CreditEnv):
+class Corridor(base.CreditEnv):
+  """What the two corridors share (this one and `conveyor_treasure.ConveyorTreasure`):
+  the walk, the actions, the transition at a cell, the oracle and the exact returns.
+
+  A subclass sets `CONTENTS` (its codes of apple A, apple B, key, door, treasure), `length`,
+  and `expected_apples(params)`, the expected apple reward of a policy that eats every
+  apple. Its state has `time`, `has_key` and `door_open`; its params `treasure_reward`
+  and `reward_scale`.
+  """
+  CONTENTS: Tuple[int, int, int, int, int]
+  length: int
+
+  @property
+  def num_actions(self) -> int:
+    return 4
+
+  def corridor_step(self, state, action: jax.Array, content: jax.Array,
+                    value: jax.Array, params) -> Tuple[Any, jax.Array, Dict]:
+    """(next state, reward [] float32, info) of `action` ([] int32) on the current cell
+    holding `content` ([] int32), whose apple pays `value` ([] float32, scaled)."""
+    apple_a, apple_b, key, door, treasure_code = self.CONTENTS
+    t = state.time
+    picked = (content == key) & (action == PICK_KEY)
+    eaten = ((content == apple_a) & (action == EAT_A)) | \
+        ((content == apple_b) & (action == EAT_B))
+    opened = (content == door) & (action == OPEN) & state.has_key
+    treasure = content == treasure_code
+    apple_r = jnp.where(eaten, value, 0.0).astype(jnp.float32)
+    reward = apple_r + jnp.where(treasure, params.treasure_reward * params.reward_scale,
+                                 0.0).astype(jnp.float32)
+    needed = jnp.where(t == 0, PICK_KEY, jnp.where(t == self.length - 2, OPEN, -1))
+    state = state.replace(time=t + 1, has_key=state.has_key | picked,
+                          door_open=state.door_open | opened)
+    info = {"pivotal": t == 0, "correct_action": needed.astype(jnp.int32),
+            "correct": (needed >= 0) & (action == needed), "success": treasure,
+            "apple": eaten, "apple_available": (content == apple_a) | (content == apple_b),
+            "apple_reward": apple_r}
+    return state, reward.astype(jnp.float32), info
+
+  def is_terminated(self, state, params: Any) -> jax.Array:
+    return state.time >= self.length
+
+  def oracle(self, state) -> Tuple[jax.Array, jax.Array]:
+    """pivotal: [L] bool (the key step only); correct_actions: [L] int32, the action
+    success needs (PICK_KEY at 0, OPEN at L-2, -1 elsewhere)."""
+    del state   # the key and the door are at fixed cells
+    steps = jnp.arange(self.length)
+    needed = jnp.where(steps == 0, PICK_KEY, jnp.where(steps == self.length - 2, OPEN, -1))
+    return steps == 0, needed.astype(jnp.int32)
+
+  def random_success(self) -> float:
+    """Treasure rate of a policy uniform over the 4 actions: 1/16 at every L."""
+    return 1.0 / 16.0
+
+  def expected_apples(self, params) -> float:
+    raise NotImplementedError
+
+  def expected_return(self, policy: str, params: Any = None) -> float:
+    """Exact expected episode return (host float) of "optimal" (key, every apple, door),
+    "skip_key" (every apple, no key: no treasure) or "random" (uniform actions): the
+    apples `expected_apples(params)` for an eater (a random policy eats each with
+    probability 1/4), the treasure `reward_scale * treasure_reward` times 1, 0, 1/16."""
+    if params is None:
+      params = self.default_params
+    apples = self.expected_apples(params)
+    treasure = float(params.treasure_reward) * float(params.reward_scale)
+    table = {"optimal": apples + treasure, "skip_key": apples,
+             "random": apples / 4.0 + treasure / 16.0}
+    if policy not in table:
+      raise ValueError(f"policy must be one of {sorted(table)}, got {policy!r}")
+    return table[policy]
+
+
+class LinearKeyToDoor(Corridor):
   """LinearKeyToDoor-v0. See the module docstring for the task, observation and info."""
 
   deterministic_transitions = True  # step_env ignores its key; the layout is per episode
+  CONTENTS = (APPLE_A, APPLE_B, KEY, DOOR, TREASURE)
 
   def __init__(self, length: int = 103):
     super().__init__()
@@ -95,10 +182,6 @@ class LinearKeyToDoor(base.CreditEnv):
   @property
   def name(self) -> str:
     return "LinearKeyToDoor-v0"
-
-  @property
-  def num_actions(self) -> int:
-    return 4
 
   # The observation's discrete parts (content one-hot, key flag), for table policies.
   onehot_groups = ((0, NUM_CONTENTS), (NUM_CONTENTS, NUM_CONTENTS + 1))
@@ -145,26 +228,9 @@ class LinearKeyToDoor(base.CreditEnv):
     t = state.time
     action = jnp.asarray(action, jnp.int32)
     content, value = self._cell(state, t, params)
-    picked = (content == KEY) & (action == PICK_KEY)
-    eaten = ((content == APPLE_A) & (action == EAT_A)) | \
-        ((content == APPLE_B) & (action == EAT_B))
-    opened = (content == DOOR) & (action == OPEN) & state.has_key
-    treasure = content == TREASURE
-    apple_r = jnp.where(eaten, value, 0.0).astype(jnp.float32)
-    reward = apple_r + jnp.where(treasure, params.treasure_reward * params.reward_scale,
-                                 0.0).astype(jnp.float32)
-    needed = jnp.where(t == 0, PICK_KEY, jnp.where(t == self.length - 2, OPEN, -1))
-    state = state.replace(time=t + 1, has_key=state.has_key | picked,
-                          door_open=state.door_open | opened)
-    info = {"pivotal": t == 0, "correct_action": needed.astype(jnp.int32),
-            "correct": (needed >= 0) & (action == needed), "success": treasure,
-            "apple": eaten, "apple_available": (content == APPLE_A) | (content == APPLE_B),
-            "apple_reward": apple_r}
-    return (self.get_obs(state, params), state, reward.astype(jnp.float32),
+    state, reward, info = self.corridor_step(state, action, content, value, params)
+    return (self.get_obs(state, params), state, reward,
             self.is_terminated(state, params), info)
-
-  def is_terminated(self, state: LinearKeyToDoorState, params: Any) -> jax.Array:
-    return state.time >= self.length
 
   def get_obs(self, state: LinearKeyToDoorState, params: Any = None, key: Any = None
               ) -> jax.Array:
@@ -192,14 +258,6 @@ class LinearKeyToDoor(base.CreditEnv):
     start = state.replace(door_open=jnp.array(False))
     return self._cell(start, jnp.arange(self.length), params)
 
-  def oracle(self, state: LinearKeyToDoorState) -> Tuple[jax.Array, jax.Array]:
-    """pivotal: [L] bool (the key step only); correct_actions: [L] int32, the action
-    success needs (PICK_KEY at 0, OPEN at L-2, -1 elsewhere)."""
-    del state   # the key and the door are at fixed cells
-    steps = jnp.arange(self.length)
-    needed = jnp.where(steps == 0, PICK_KEY, jnp.where(steps == self.length - 2, OPEN, -1))
-    return steps == 0, needed.astype(jnp.int32)
-
   def correct_action(self, state: LinearKeyToDoorState) -> jax.Array:
     """[] int32: the action the optimal policy takes now (the key, an apple's kind, the
     door; PICK_KEY where nothing matters), from the state (not only the observation)."""
@@ -207,26 +265,8 @@ class LinearKeyToDoor(base.CreditEnv):
     return jnp.select([content == APPLE_A, content == APPLE_B, content == DOOR],
                       [EAT_A, EAT_B, OPEN], PICK_KEY).astype(jnp.int32)
 
-  def random_success(self) -> float:
-    """Treasure rate of a policy uniform over the 4 actions: 1/16 at every L."""
-    return 1.0 / 16.0
-
-  def expected_return(self, policy: str, params: Any = None) -> float:
-    """Expected episode return over layouts (host float) of "optimal" (key, every apple,
-    door), "skip_key" (every apple, no key: no treasure) or "random" (uniform actions).
-
-    With n = L - 3 middle cells, p = apple_prob, v = (apple_low + apple_high) / 2 and
-    s = reward_scale: apples n p v s for an eater (a random policy eats each with
-    probability 1/4), the treasure s * treasure_reward times 1, 0 and 1/16.
-    """
-    if params is None:
-      params = self.default_params
-    scale = float(params.reward_scale)
-    apples = (self.length - 3) * float(params.apple_prob) * 0.5 * (
-        float(params.apple_low) + float(params.apple_high)) * scale
-    treasure = float(params.treasure_reward) * scale
-    table = {"optimal": apples + treasure, "skip_key": apples,
-             "random": apples / 4.0 + treasure / 16.0}
-    if policy not in table:
-      raise ValueError(f"policy must be one of {sorted(table)}, got {policy!r}")
-    return table[policy]
+  def expected_apples(self, params) -> float:
+    """Expected apple reward of an eater over layouts: n p v s, with n = L - 3 middle
+    cells, p = apple_prob, v = (apple_low + apple_high) / 2, s = reward_scale."""
+    return (self.length - 3) * float(params.apple_prob) * 0.5 * (
+        float(params.apple_low) + float(params.apple_high)) * float(params.reward_scale)
