@@ -147,7 +147,9 @@ class ConveyorTreasure(Corridor):
                                   has_key=jnp.array(False), door_open=jnp.array(False))
     return self.get_obs(state, params), state
 
-  def _content(self, state: ConveyorTreasureState, cell: jax.Array) -> jax.Array:
+  def content_at(self, state: ConveyorTreasureState, cell: jax.Array) -> jax.Array:
+    """[] int32: what the agent sees at `cell` (the last cell: the treasure iff the door
+    was opened; cells past it show the last one, as their code's clamped index does)."""
     content = self._cells[jnp.minimum(cell, self.length - 1)]
     return jnp.where((cell >= self.length - 1) & state.door_open, TREASURE, content)
 
@@ -157,7 +159,7 @@ class ConveyorTreasure(Corridor):
     action = jnp.asarray(action, jnp.int32)
     high = (jax.random.bits(key, (), jnp.uint32) & 1) == 1    # a fair coin per step
     value = jnp.where(high, params.apple_high, params.apple_low) * params.reward_scale
-    state, reward, info = self.corridor_step(state, action, self._content(
+    state, reward, info = self.corridor_step(state, action, self.content_at(
         state, state.time), value, params)
     return (self.get_obs(state, params), state, reward,
             self.is_terminated(state, params), info)
@@ -165,7 +167,7 @@ class ConveyorTreasure(Corridor):
   def get_obs(self, state: ConveyorTreasureState, params: Any = None, key: Any = None
               ) -> jax.Array:
     """[9] float32 observation of an unbatched state (layout in the module doc)."""
-    content = jnp.arange(NUM_CONTENTS) == self._content(state, state.time)
+    content = jnp.arange(NUM_CONTENTS) == self.content_at(state, state.time)
     keys = jnp.arange(2) == state.has_key.astype(jnp.int32)
     return jnp.concatenate([(state.time.astype(jnp.float32) / self.length)[None],
                             content.astype(jnp.float32), keys.astype(jnp.float32)])
