@@ -6,7 +6,9 @@ Variants: "full" (the default, `probes.default_config()`: GRPO K = 8 and PPO lam
 0.95 at T = 100 and 1000 on KeyChain with each shortcut switch alone, all together and
 none, and on LinearKeyToDoor at L = 103; 5 seeds, 1.28M env steps per seed and cell;
 docs/results/probes.md reports it), "smoke" (two tiny cells, a few seconds: what the
-tests run). Every field is documented in credit_jax/experiments/probes/study.py.
+tests run), "credit_horizon" (tabular REINFORCE's updates to 90% on the credit probe
+against T, exact J by DP), "gradient_bias" (the lambda = 1 estimator against the DP
+gradient at T = 1000). Every field is documented in credit_jax/experiments/probes/study.py.
 """
 from credit_jax.experiments import probes
 
@@ -16,6 +18,10 @@ def get_config(arg=None):
   c = probes.default_config()
   if arg in (None, "", "full"):
     pass
+  elif arg in ("credit_horizon", "gradient_bias"):
+    c.study = arg   # credit_jax/experiments/probes/credit_horizon.py
+    c.seeds = 10
+    c.horizons = (10, 30, 100, 300, 1000) if arg == "credit_horizon" else c.horizons
   elif arg == "smoke":
     c.seeds = 2
     c.horizons = (10,)
@@ -28,5 +34,6 @@ def get_config(arg=None):
     c.chunk_updates = 2
     c.eval_episodes = 8
   else:
-    raise ValueError(f"unknown variant {arg!r}; use 'full' (default) or 'smoke'")
+    raise ValueError(f"unknown variant {arg!r}; use 'full' (default), 'smoke', "
+                     f"'credit_horizon' or 'gradient_bias'")
   return c

@@ -45,14 +45,21 @@ import ml_collections
 import numpy as np
 
 from credit_jax import nets, rollout
-from credit_jax.algos import ConfigError, grpo, make_train, ppo, train as train_lib
+from credit_jax.algos import ConfigError, grpo, make_train, ppo, reinforce, train as train_lib
 from credit_jax.experiments import report
+from credit_jax.experiments.probes import credit_horizon
 
-__all__ = ["EXTRA_SETTINGS", "METHODS", "SETTINGS", "SWITCH_NAMES", "budget_updates",
-           "cell_env", "cells", "default_config", "evaluate", "markdown", "method_config",
-           "num_seeds", "run", "switch_kwargs", "train_cell", "validate_config"]
+__all__ = ["CORRIDORS", "EXTRA_METHODS", "EXTRA_SETTINGS", "METHODS", "SETTINGS",
+           "SWITCH_NAMES", "TABULAR", "budget_updates", "cell_env", "cells",
+           "default_config", "evaluate", "markdown", "method_config", "num_seeds", "run",
+           "seeds_passing", "switch_kwargs", "train_cell", "validate_config"]
 
 METHODS = ("grpo_k8", "ppo_l1", "ppo_l0.95")
+# More arms for the learnability gate: REINFORCE (returns-to-go, leave-one-out mean), and
+# any method with "-tabular" appended: a table policy (critic) over the one-hot parts.
+EXTRA_METHODS = ("reinforce",)
+TABULAR = "-tabular"
+CORRIDORS = {"LinearKeyToDoor-v0": "corridor", "ConveyorTreasure-v0": "conveyor"}
 SWITCH_NAMES = ("pivotal_flag", "distractor_cues", "distinct_rules", "cues_at_start",
                 "pivotal_density", "distractor_reward_std")
 SETTINGS = ("default",) + SWITCH_NAMES + ("all",)
@@ -60,7 +67,8 @@ SETTINGS = ("default",) + SWITCH_NAMES + ("all",)
 # MLP's credit assignment rather than of its memory. And those without `pivotal_density`
 # too ("credit_switches"): at T = 1000 density makes k = 30 (random 8.7e-19), where no
 # method succeeds once, so only this combination measures credit at long T.
-EXTRA_SETTINGS = ("all_but_cues_at_start", "credit_switches")
+EXTRA_SETTINGS = ("all_but_cues_at_start", "credit_switches", "credit_probe",
+                  "credit_probe_noise")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -70,12 +78,14 @@ def default_config() -> ml_collections.ConfigDict:
   c.seed = 0                    # base RNG seed; every cell uses the same seed keys
   c.horizons = (100, 1000)      # KeyChain episode lengths T
   c.settings = SETTINGS         # KeyChain switch settings (module doc)
-  c.corridor_lengths = (103,)   # LinearKeyToDoor lengths L
-  c.methods = METHODS           # grpo_k8 | ppo_l1 | ppo_l0.95
+  c.corridor_lengths = (103,)   # corridor lengths L
+  c.corridor_env = "LinearKeyToDoor-v0"  # or ConveyorTreasure-v0 (COCOA's; cells "conveyor/...")
+  c.methods = METHODS           # grpo_k8 | ppo_l1 | ppo_l0.95 | reinforce, each [-tabular]
   c.num_pivotal = 3             # KeyChain k (without pivotal_density)
   c.num_actions = 4             # KeyChain A
   c.pivotal_density = 0.03      # the value of that switch when on
   c.distractor_reward_std = 0.1  # the value of that switch when on
+  c.probe_noise_std = 1.0       # credit_probe_noise: episode_noise_std (summed noise std)
   c.episodes = 64               # episodes per update and seed, every method
   c.budget_env_steps = 1_280_000  # env steps per seed and cell
   c.lr = 0.01                   # learning rate, every method (the horizon study's choice)
@@ -83,7 +93,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.chunk_updates = 10          # updates per compiled call (one progress line each)
   c.eval_episodes = 128         # fresh evaluation episodes per seed
   c.new_cells = True            # False: train nothing, tabulate the saved cells
-  return c
+  c.study = "cells"             # cells | credit_horizon | gradient_bias (credit_horizon.py)
+  return credit_horizon.add_fields(c)
 
 
 def num_seeds(config) -> int:
@@ -96,8 +107,12 @@ def validate_config(config) -> None:
     if int(config[f]) < 1:
       raise ConfigError(f"config.{f}: must be >= 1, got {config[f]}")
   for m in config.methods:
-    if m not in METHODS:
-      raise ConfigError(f"config.methods: {m!r} is not one of {METHODS}")
+    if _base_method(m) not in METHODS + EXTRA_METHODS:
+      raise ConfigError(f"config.methods: {m!r} is not one of {METHODS + EXTRA_METHODS}"
+                        f" (optionally with {TABULAR!r} appended)")
+  if config.corridor_env not in CORRIDORS:
+    raise ConfigError(f"config.corridor_env: must be one of {tuple(CORRIDORS)}, got "
+                      f"{config.corridor_env!r}")
   for s in config.settings:
     if s not in SETTINGS + EXTRA_SETTINGS:
       raise ConfigError(f"config.settings: {s!r} is not one of {SETTINGS + EXTRA_SETTINGS}")
@@ -115,9 +130,21 @@ def validate_config(config) -> None:
       raise ConfigError(f"config: cell {name}: {e}") from e
 
 
+def _base_method(method: str) -> str:
+  return method[:-len(TABULAR)] if method.endswith(TABULAR) else method
+
+
 def switch_kwargs(config, setting: str) -> dict:
   """KeyChain overrides of a setting: {} for "default", one switch, all six, all but
-  `cues_at_start`, or all but it and `pivotal_density` ("credit_switches")."""
+  `cues_at_start`, or all but it and `pivotal_density` ("credit_switches"); the credit
+  probe ("credit_probe": (segment, cue) one-hot, distinct rules, fake cues, no flag, k
+  fixed; "credit_probe_noise": with `episode_noise_std = probe_noise_std`)."""
+  if setting.startswith("credit_probe"):
+    probe = {"segment_cue_onehot": True, "distinct_rules": True, "distractor_cues": True,
+             "pivotal_flag": False}
+    if setting == "credit_probe_noise":
+      probe["episode_noise_std"] = float(config.probe_noise_std)
+    return probe
   on = {"pivotal_flag": False, "distractor_cues": True, "distinct_rules": True,
         "cues_at_start": True, "pivotal_density": float(config.pivotal_density),
         "distractor_reward_std": float(config.distractor_reward_std)}
@@ -134,7 +161,8 @@ def switch_kwargs(config, setting: str) -> dict:
 
 def cells(config) -> List[Tuple[str, int, str, str]]:
   """`(name, horizon, setting, method)` of every cell, cheapest horizons first; names are
-  `keychain/<setting>/T<T>/<method>` and `corridor/L<L>/<method>`."""
+  `keychain/<setting>/T<T>/<method>` and `corridor/L<L>/<method>` (LinearKeyToDoor-v0)
+  or `conveyor/L<L>/<method>` (ConveyorTreasure-v0)."""
   out = []
   horizons = sorted(set(int(t) for t in config.horizons) | set(
       int(n) for n in config.corridor_lengths))
@@ -145,15 +173,16 @@ def cells(config) -> List[Tuple[str, int, str, str]]:
           out.append((f"keychain/{s}/T{t}/{m}", t, s, m))
     if t in [int(n) for n in config.corridor_lengths]:
       for m in config.methods:
-        out.append((f"corridor/L{t}/{m}", t, "corridor", m))
+        out.append((f"{CORRIDORS[config.corridor_env]}/L{t}/{m}", t, "corridor", m))
   return out
 
 
 def cell_env(config, name: str) -> Tuple[str, dict]:
   """(env_name, env_kwargs) of cell `name`."""
   parts = name.split("/")
-  if parts[0] == "corridor":
-    return "LinearKeyToDoor-v0", {"length": int(parts[1][1:])}
+  if parts[0] in CORRIDORS.values():
+    env = {v: k for k, v in CORRIDORS.items()}[parts[0]]
+    return env, {"length": int(parts[1][1:])}
   kwargs = {"horizon": int(parts[2][1:]), "num_pivotal": int(config.num_pivotal),
             "num_actions": int(config.num_actions), "cue_delay": 0}
   return "KeyChain-v0", {**kwargs, **switch_kwargs(config, parts[1])}
@@ -168,7 +197,13 @@ def method_config(config, method: str, env_name: str, env_kwargs: dict, horizon:
                   num_updates: int = 1) -> ml_collections.ConfigDict:
   """The recipe config of `method` on the env, `num_updates` updates per seed."""
   episodes = int(config.episodes)
-  if method == "grpo_k8":
+  tabular = method.endswith(TABULAR)
+  method = _base_method(method)
+  if method == "reinforce":
+    c = reinforce.default_config()
+    c.num_envs, c.horizon, c.num_updates = episodes, int(horizon), int(num_updates)
+    c.credit, c.baseline = "rtg", "mean"
+  elif method == "grpo_k8":
     c = grpo.default_config()
     c.group_size, c.num_tasks = 8, episodes // 8
     c.num_minibatches, c.update_epochs = 2, 2
@@ -183,8 +218,10 @@ def method_config(config, method: str, env_name: str, env_kwargs: dict, horizon:
     c.ent_coef, c.anneal_lr, c.max_grad_norm = 0.0, False, 1.0
   c.env_name = env_name
   c.env_kwargs = ml_collections.ConfigDict(env_kwargs)
-  c.lr = float(config.lr)
+  c.lr = float(config.table_lr if tabular else config.lr)
   c.network.hidden_sizes = tuple(config.hidden_sizes)
+  if tabular:
+    c.network.kind, c.network.min_prob = "tabular", float(config.min_prob)
   c.seeds, c.seed = int(config.seeds), int(config.seed)
   c.chunk_updates, c.checkpoint_every = int(config.chunk_updates), 0
   return c
@@ -199,7 +236,9 @@ def evaluate(cfg, params, episodes: int, key) -> Dict[str, np.ndarray]:
     "apples" and "apples_available" ([S] ints, sampled policy).
   """
   env, env_params = train_lib.make_env(cfg)
-  network, _ = train_lib.make_network(cfg, env, env_params, value_head=cfg.algo == "ppo")
+  network, _ = train_lib.make_network(cfg, env, env_params,
+                                      value_head=reinforce.needs_value(cfg)
+                                      if cfg.algo == "reinforce" else cfg.algo == "ppo")
   sampled = nets.make_policy_fn(network, value=False)
 
   def greedy(p, obs, key):
@@ -287,7 +326,13 @@ def _path(workdir: str, name: str) -> str:
 
 
 def run(config, workdir: str, log=print) -> dict:
-  """Runs every cell not yet saved, then writes summary.json and summary.md."""
+  """Runs every cell not yet saved, then writes summary.json and summary.md (or, with
+  `config.study` "credit_horizon" / "gradient_bias", that measurement)."""
+  if config.study in credit_horizon.STUDIES:
+    return credit_horizon.run(config, workdir, log)
+  if config.study != "cells":
+    raise ConfigError(f"config.study: must be 'cells' or one of "
+                      f"{credit_horizon.STUDIES}, got {config.study!r}")
   validate_config(config)
   os.makedirs(os.path.join(workdir, "cells"), exist_ok=True)
   watch = report.Stopwatch()
@@ -326,6 +371,14 @@ def _fmt(rec) -> str:
   return f"{rec['success']:.2f} [{low:.2f}, {high:.2f}]"
 
 
+def seeds_passing(rec, threshold: float = 0.9) -> str:
+  """"n/N": the seeds of a cell whose sampled success reached `threshold` (the gate)."""
+  per_seed = np.asarray(rec.get("success_per_seed", []))
+  if not per_seed.size:
+    return "-"
+  return f"{int(np.sum(per_seed >= threshold))}/{len(per_seed)}"
+
+
 def markdown(records: List[dict], config) -> List[str]:
   """The tables: success [95% Wilson] per setting x (T, method), then the corridor."""
   by = {r["cell"]: r for r in records}
@@ -345,12 +398,23 @@ def markdown(records: List[dict], config) -> List[str]:
   rows = []
   for n in config.corridor_lengths:
     for m in methods:
-      c = by.get(f"corridor/L{int(n)}/{m}")
+      c = by.get(f"{CORRIDORS[config.corridor_env]}/L{int(n)}/{m}")
       if c:
-        rows.append([f"L={int(n)}", m, _fmt(c), f"{c['greedy_success']:.2f}",
+        rows.append([f"L={int(n)}", m, _fmt(c), seeds_passing(c),
+                     f"{c['greedy_success']:.2f}",
                      f"{c.get('apple_rate', float('nan')):.2f}",
                      f"{c['random_success']:.4g}"])
   if rows:
-    lines += report.table(["corridor", "method", "treasure rate (sampled)", "greedy",
-                           "apple rate", "random"], rows) + [""]
+    lines += report.table([config.corridor_env, "method", "treasure rate (sampled)",
+                           "seeds >= 0.9", "greedy", "apple rate", "random"], rows) + [""]
+  # The learnability gate: seeds whose sampled success reached 0.9, per cell.
+  rows = []
+  for s in config.settings:
+    for t in horizons:
+      cols = [by.get(f"keychain/{s}/T{t}/{m}") for m in methods]
+      if any(cols):
+        rows.append([f"{s} T={t}"] + [seeds_passing(c) if c else "-" for c in cols])
+  if rows:
+    lines += ["Seeds reaching 0.9 (the learnability gate):", ""]
+    lines += report.table(["probe"] + methods, rows) + [""]
   return lines
