@@ -9,9 +9,13 @@ kept by the run's best metric, checkpoints_best/) or an update number. Every see
 run is measured with the sampled and the greedy policy (--greedy: greedy only,
 --nogreedy: sampled only) on --episodes fresh episodes each, from keys independent of
 training's; success (where the env defines it) gets a 95% Wilson interval, the return a
-95% t-interval. Writes eval.json into --workdir and prints the table. --imports=MODULE
-imports modules first (one that registers the run's environment by name).
-Failures are one line with scripts/train.py's exit statuses (`--debug`: the traceback).
+95% t-interval. Prints the table, then writes its JSON to --output=PATH or, by default,
+to a new file per evaluation, --workdir/eval/<which>_update<N>.json (never overwriting
+one). A read-only workdir still gets the table, with a line saying where the JSON could
+not go (exit status 0); an --output that cannot be written exits 5. GRU and transformer
+policies are measured too. --imports=MODULE imports modules first (one that registers
+the run's environment by name). Failures are one line with scripts/train.py's exit
+statuses (`--debug`: the traceback).
 All logic lives in credit_jax/runtime/evaluate.py.
 """
 import sys
@@ -31,6 +35,9 @@ _GREEDY = flags.DEFINE_bool("greedy", None, "Unset: sampled and greedy policies;
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the evaluation's keys.")
 _MAX_STEPS = flags.DEFINE_integer("max_steps", None, "Steps an episode may take (default: "
                                   "the env's time limit, else config.horizon).")
+_OUTPUT = flags.DEFINE_string("output", None, "Where to write the evaluation's JSON (replaced "
+                              "if it exists; an unwritable path: exit status 5). Default: a "
+                              "new file per evaluation, --workdir/eval/<which>_update<N>.json.")
 _IMPORTS = flags.DEFINE_list("imports", [], "Modules to import first (e.g. one that "
                              "registers the run's environment).")
 flags.mark_flags_as_required(["workdir"])
@@ -44,7 +51,7 @@ def main(argv):
   cli.guard(lambda: evaluate.evaluate_run(
       _WORKDIR.value, checkpoint=_CHECKPOINT.value, episodes=_EPISODES.value,
       greedy=_GREEDY.value, seed=_SEED.value, max_steps=_MAX_STEPS.value,
-      imports=_IMPORTS.value, log=print))
+      imports=_IMPORTS.value, output=_OUTPUT.value, log=print))
   sys.exit(0)
 
 

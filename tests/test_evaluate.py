@@ -1,11 +1,16 @@
 """scripts/evaluate.py's logic (credit_jax/runtime/evaluate.py) on a trained KeyChain run:
 the restored policy's success agrees with what training logged for the same parameters,
-and disagrees with a different checkpoint's (so the comparison can fail).
+and disagrees with a different checkpoint's (so the comparison can fail); where the JSON
+goes (a new file per evaluation, --output, an unwritable place); every recipe's policy
+with an MLP, a GRU and a transformer.
 
 The MLP recipes carry `train.env`, `train.env_params` and `train.eval_policy(params,
 greedy)` (`train_lib.attach_evaluation`); `with_eval_policy` checks that they do."""
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -87,8 +92,13 @@ def test_evaluated_success_matches_what_training_logged(trained, capsys):
   early = evaluate.evaluate_run(workdir, checkpoint="2", episodes=EPISODES, greedy=False,
                                 make_train=with_eval_policy, log=lambda _: None)
   assert not _overlap(early["results"]["sampled"]["all"]["success_ci95"], logged)
-  with open(os.path.join(workdir, evaluate.EVAL_FILE)) as f:
-    assert json.load(f)["checkpoint"]["update"] == 2   # the latest evaluation's
+  # Each evaluation got a file of its own (none overwritten), named by its checkpoint.
+  paths = [out["written_to"], mid["written_to"], early["written_to"]]
+  assert [os.path.basename(p) for p in paths] == [
+      "latest_update12.json", "update4.json", "update2.json"]
+  for path, update in zip(paths, (12, 4, 2)):
+    with open(path) as f:
+      assert json.load(f)["checkpoint"]["update"] == update
   table = capsys.readouterr().out
   assert "checkpoint of update 12 (latest), 1024 episodes per seed and policy" in table
   assert "sampled     0  " in table and "greedy    all  " in table
@@ -113,3 +123,96 @@ def test_bad_requests_are_config_errors(trained, tmp_path):
     evaluate.evaluate_run(str(tmp_path), make_train=with_eval_policy)
   with pytest.raises(algos.ConfigError, match="does not provide train.eval_policy"):
     evaluate.evaluate_run(workdir, make_train=lambda c: object())
+
+
+def test_a_second_evaluation_of_a_checkpoint_writes_a_new_file_and_output_goes_where_asked(
+    trained, tmp_path):
+  workdir, _ = trained
+  kw = dict(episodes=16, greedy=True, make_train=with_eval_policy, log=lambda _: None)
+  first = evaluate.evaluate_run(workdir, checkpoint="6", **kw)
+  second = evaluate.evaluate_run(workdir, checkpoint="6", **kw)
+  assert os.path.basename(first["written_to"]) == "update6.json"
+  assert os.path.basename(second["written_to"]) == "update6_2.json"
+  assert os.path.exists(first["written_to"])
+  target = str(tmp_path / "sub" / "mine.json")
+  mine = evaluate.evaluate_run(workdir, checkpoint="6", output=target, **kw)
+  assert mine["written_to"] == target
+  with open(target) as f:
+    assert json.load(f)["results"] == mine["results"]
+
+
+def _unwritable_copy(workdir, tmp_path):
+  """A copy of the run whose eval/ cannot be created (a file stands in its place: the
+  tests run as root here, where a read-only mode does not stop a write)."""
+  copy = str(tmp_path / "run")
+  shutil.copytree(workdir, copy)
+  shutil.rmtree(os.path.join(copy, evaluate.EVAL_DIR), ignore_errors=True)
+  open(os.path.join(copy, evaluate.EVAL_DIR), "w").close()
+  return copy
+
+
+def test_unwritable_workdir_prints_the_table_and_says_where_it_could_not_write(
+    trained, tmp_path):
+  copy = _unwritable_copy(trained[0], tmp_path)
+  logged, warned = [], []
+  out = evaluate.evaluate_run(copy, episodes=16, greedy=True, make_train=with_eval_policy,
+                              log=logged.append, warn=warned.append)
+  assert out["written_to"] is None
+  assert "checkpoint of update 12" in logged[0] and len(logged) == 1
+  assert len(warned) == 1 and os.path.join(copy, "eval") in warned[0]
+  assert "could not write" in warned[0] and "--output=PATH" in warned[0]
+
+
+def _evaluate_script(*args):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  return subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), os.pardir,
+                                                      "scripts", "evaluate.py"), *args],
+                        env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_script_on_an_unwritable_run_exits_0_with_the_table_and_5_for_an_explicit_output(
+    trained, tmp_path):
+  copy = _unwritable_copy(trained[0], tmp_path)
+  proc = _evaluate_script(f"--workdir={copy}", "--episodes=16", "--greedy")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "greedy    all  " in proc.stdout
+  assert "could not write" in proc.stderr and "Traceback" not in proc.stderr
+  blocked = os.path.join(copy, "eval", "x.json")   # under a file: cannot be created
+  proc = _evaluate_script(f"--workdir={copy}", "--episodes=16", "--greedy",
+                          f"--output={blocked}")
+  assert proc.returncode == 5, proc.stderr[-2000:]
+  assert "greedy    all  " in proc.stdout
+  line = proc.stderr.strip().splitlines()[-1]
+  assert f"--output={blocked}: could not write" in line and "free space" not in line
+
+
+# Every recipe that trains a policy network, with each network kind it accepts.
+RECIPES_BY_KIND = [(recipe, kind) for recipe in ("ppo", "grpo", "reinforce")
+                   for kind in ("mlp", "gru", "transformer")] + [
+                       ("search_then_train", "mlp")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe,kind", RECIPES_BY_KIND)
+def test_every_recipe_and_network_kind_evaluates(recipe, kind, tmp_path):
+  c = algos.RECIPES[recipe].default_config()
+  c.env_name = "KeyChain-v0"
+  c.env_kwargs = {"horizon": 6, "num_pivotal": 1, "num_actions": 3}
+  c.network.kind = kind
+  for field, value in (("horizon", 6), ("num_envs", 4), ("num_steps", 6),
+                       ("num_minibatches", 2), ("update_epochs", 1), ("num_tasks", 4),
+                       ("group_size", 2), ("num_episodes", 4), ("total_timesteps", 48),
+                       ("num_updates", 2)):
+    if field in c:
+      c[field] = value
+  c.chunk_updates, c.checkpoint_every = 1, 1
+  if kind == "transformer":
+    c.network.max_len = 8
+  workdir = str(tmp_path / "run")
+  runner.train_and_evaluate(c, workdir, log=lambda _: None)
+  out = evaluate.evaluate_run(workdir, episodes=8, log=lambda _: None)
+  for policy in ("sampled", "greedy"):
+    res = out["results"][policy]["all"]
+    assert res["episodes"] == 8 and res["ended"] == 1.0 and 0.0 <= res["success"] <= 1.0
+  assert os.path.exists(out["written_to"])

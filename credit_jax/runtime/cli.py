@@ -47,6 +47,7 @@ EXIT_CODES: Dict[str, int] = {
     "NonFiniteLossError": EXIT_RUN,      # credit_jax.runtime.run
     "CheckpointError": EXIT_RUN,         # credit_jax.runtime.checkpoint
     "CheckpointSaveError": EXIT_WRITE,
+    "OutputError": EXIT_WRITE,           # credit_jax.runtime.evaluate (--output=PATH)
 }
 # errnos of a write that failed for want of room or a writable device.
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG)
@@ -130,7 +131,8 @@ def message_of(error: BaseException) -> str:
   if code == EXIT_BUG:
     return (f"unexpected {type(error).__name__}: {text} (a bug in credit_jax or a "
             f"library it uses; rerun with --debug for the traceback)")
-  if code == EXIT_WRITE and type(error).__name__ != "CheckpointSaveError":
+  if code == EXIT_WRITE and type(error).__name__ not in ("CheckpointSaveError",
+                                                          "OutputError"):
     return (f"a write failed ({text[:300]}); what was saved before is intact: free space "
             f"and rerun the same command to resume")
   return text

@@ -17,16 +17,30 @@
    `credit_jax.envs.success.episode_success`) with its 95% Wilson interval, the mean
    return with its 95% t-interval over episodes, the mean episode length and the
    fraction of episodes that ended within `max_steps` (one that did not counts as a
-   failure); write them to `workdir/eval.json` and return them.
+   failure); print the table, then write them as JSON and return them.
 
-The recipe's `Train` must provide `env`, `env_params` and `eval_policy`; a recipe
-without them is refused in one line (`ConfigError`).
+Where the JSON goes: `output` if given (an existing file there is replaced), else a new
+file per checkpoint evaluated, `workdir/eval/<which>_update<N>.json` (`latest_update120
+.json`, `best_update96.json`, ...; `..._2.json` and so on when that name is taken), so
+no evaluation overwrites another. When it cannot be written (a read-only workdir, a full
+disk), the table has been printed already: the default file is skipped with a line
+saying where it could not write (the evaluation itself succeeded: exit status 0), while
+an explicit `output` that cannot be written is an error (`OutputError`, exit status 5:
+the caller asked for that file).
+
+The policy comes from the recipe's `Train` (`env`, `env_params`, `eval_policy`); for a
+sequence network (`config.network.kind` "gru" / "transformer": PPO, GRPO, REINFORCE)
+it is built here from the config when the `Train` does not carry it: the same network
+(`algos.ppo_sequence.make_network`) on the config's environment, sampling as training
+does or (greedy) taking the most probable action, its memory carried by the rollout
+engine. Any other recipe without them is refused in one line (`ConfigError`).
 """
 from __future__ import annotations
 
 import importlib
 import json
 import os
+import sys
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import jax
@@ -35,11 +49,70 @@ import ml_collections
 import numpy as np
 
 from credit_jax import algos, envs, rollout, stats
+from credit_jax.algos import ppo_sequence, train as train_lib
+from credit_jax.nets import sequence as sequence_nets
 from credit_jax.runtime import checkpoint as ckpt_lib
 from credit_jax.runtime import run as run_lib
+from credit_jax.types import SequencePolicy
 
-EVAL_FILE = "eval.json"
+EVAL_DIR = "eval"
 MAX_DEFAULT_STEPS = 100_000   # an env time limit above this is no episode length
+
+
+class OutputError(OSError):
+  """An explicit `output` path could not be written (the table was printed)."""
+
+
+def default_output(workdir: str, which: str, step: int) -> str:
+  """A path under `workdir/eval/` no earlier evaluation used, for checkpoint `which`."""
+  name = f"{which}_update{int(step)}" if which in ("latest", "best") else f"update{int(step)}"
+  stem = os.path.join(workdir, EVAL_DIR, name)
+  path, n = stem + ".json", 1
+  while os.path.exists(path):
+    n += 1
+    path = f"{stem}_{n}.json"
+  return path
+
+
+def _write_json(path: str, obj: Any) -> None:
+  """Writes `obj` to `path` through a temporary file (no half-written file is left)."""
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  tmp = path + ".tmp"
+  try:
+    with open(tmp, "w") as f:
+      json.dump(obj, f, indent=2)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp) and not os.path.isdir(tmp):
+      os.remove(tmp)
+
+
+def _greedy_sequence_policy(network) -> SequencePolicy:
+  """The sequence policy that takes the most probable action (zero Gumbel noise: argmax),
+  `log_prob` that action's under the policy."""
+  sampled = sequence_nets.make_sequence_policy(network, value=False)
+  num_actions = int(network.num_actions)
+  return SequencePolicy(initial_carry=sampled.initial_carry, act=sampled.act,
+                        draw=lambda key: jnp.zeros((num_actions,), jnp.float32))
+
+
+def evaluation(train, config) -> Tuple[Any, Any, Callable]:
+  """`(env, env_params, eval_policy)` for `train`: its own (`train_lib.EVALUATION`), or
+  for a sequence network one built from `config` (module doc); ConfigError otherwise."""
+  if all(hasattr(train, a) for a in train_lib.EVALUATION):
+    return train.env, train.env_params, train.eval_policy
+  kind = str((config.get("network") or {}).get("kind", ""))
+  if kind in sequence_nets.KINDS:
+    env, env_params = train_lib.make_env(config)
+    network, _ = ppo_sequence.make_network(config, env, env_params)
+    sampled = sequence_nets.make_sequence_policy(network, value=False)
+    greedy_policy = _greedy_sequence_policy(network)
+    return env, env_params, lambda params, greedy=False: (
+        greedy_policy if greedy else sampled, params)
+  raise algos.ConfigError(
+      f"recipe {config.algo!r} does not provide train.eval_policy / train.env / "
+      f"train.env_params, which evaluation needs (evaluate.py measures recipes that do, "
+      f"and any recipe's GRU or transformer policy)")
 
 
 def _tuples(x):
@@ -147,8 +220,8 @@ def evaluate_params(train, params, key: jax.Array, episodes: int, greedy: bool,
 
   `collect` caches the compiled collection per policy kind across seeds.
   """
-  policy, policy_params = train.eval_policy(params, greedy=greedy)
-  env, env_params = train.env, train.env_params
+  env, env_params, eval_policy = evaluation(train, train.config)
+  policy, policy_params = eval_policy(params, greedy=greedy)
   cache = {} if collect is None else collect
   if greedy not in cache:
     cache[greedy] = jax.jit(lambda pp, k: rollout.collect_episodes(
@@ -176,8 +249,11 @@ def evaluate_run(workdir: str, checkpoint: str = "latest", episodes: int = 256,
                  greedy: Optional[bool] = None, seed: int = 0,
                  max_steps: Optional[int] = None, imports: Sequence[str] = (),
                  make_train: Optional[Callable] = None,
-                 log: Callable[[str], None] = print) -> Dict[str, Any]:
-  """Evaluates the run in `workdir` (see the module docstring); returns eval.json's dict.
+                 output: Optional[str] = None,
+                 log: Callable[[str], None] = print,
+                 warn: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
+  """Evaluates the run in `workdir` (see the module docstring); returns the JSON's dict
+  (its key "written_to": the file written, or None where it could not be).
 
   Args:
     checkpoint: "latest", "best" or an update number.
@@ -190,9 +266,13 @@ def evaluate_run(workdir: str, checkpoint: str = "latest", episodes: int = 256,
     imports: modules to import first (ones that register the run's environment).
     make_train: builds the recipe's `Train` from the config (default
       `credit_jax.algos.make_train`).
+    output: where to write the JSON (default: a new file under `workdir/eval/`).
+    log: gets the table; warn: the line saying where the JSON could not be written
+      (default: stderr).
   Raises:
     ConfigError: no run or checkpoint there, bad arguments, or a recipe without
-      `eval_policy`. CheckpointError: the checkpoint does not restore.
+      `eval_policy`. CheckpointError: the checkpoint does not restore. OutputError: an
+      explicit `output` could not be written (after the table was logged).
   """
   if int(episodes) < 1:
     raise algos.ConfigError(f"--episodes must be >= 1, got {episodes}")
@@ -206,12 +286,9 @@ def evaluate_run(workdir: str, checkpoint: str = "latest", episodes: int = 256,
                             ) from None
   _checkpoint_dir(workdir, checkpoint)   # a bad --checkpoint before anything is built
   train = (make_train or algos.make_train)(config)
-  if not all(hasattr(train, a) for a in ("eval_policy", "env", "env_params")):
-    raise algos.ConfigError(
-        f"recipe {config.algo!r} does not provide train.eval_policy / train.env / "
-        f"train.env_params, which evaluation needs")
+  _, env_params, _ = evaluation(train, config)   # a recipe without a policy: refused here
   state, step, directory = restore(workdir, train, config, checkpoint)
-  steps = _max_steps(config, train.env_params, max_steps)
+  steps = _max_steps(config, env_params, max_steps)
   modes = [False, True] if greedy is None else [bool(greedy)]
   rule = envs.success.rule_for(config.env_name)
   results: Dict[str, Any] = {}
@@ -242,11 +319,22 @@ def evaluate_run(workdir: str, checkpoint: str = "latest", episodes: int = 256,
                        if results[next(iter(results))]["all"].get("success") is not None
                        else None),
       "results": results}
-  with open(os.path.join(workdir, EVAL_FILE + ".tmp"), "w") as f:
-    json.dump(summary, f, indent=2)
-  os.replace(os.path.join(workdir, EVAL_FILE + ".tmp"), os.path.join(workdir, EVAL_FILE))
   log(format_table(summary))
-  return summary
+  path = os.path.abspath(output) if output else default_output(workdir, str(checkpoint),
+                                                               step)
+  try:
+    _write_json(path, dict(summary, written_to=path))
+  except OSError as e:
+    reason = f"{e.strerror or type(e).__name__}"
+    if output:
+      raise OutputError(f"--output={output}: could not write the evaluation there "
+                        f"({reason}); the table above holds its results") from None
+    (warn or (lambda line: print(line, file=sys.stderr, flush=True)))(
+        f"note: could not write {path} ({reason}); the table above holds the results "
+        f"(pass --output=PATH to keep them as JSON elsewhere)")
+    return dict(summary, written_to=None)
+  log(f"written to {path}")
+  return dict(summary, written_to=path)
 
 
 def format_table(summary: Dict[str, Any]) -> str:
@@ -266,5 +354,4 @@ def format_table(summary: Dict[str, Any]) -> str:
       ret = f"{row['return']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
       lines.append(f"{name:<8} {row['seed']!s:>4}  {succ:<24} {ret:<28} "
                    f"{row['length']:>8.1f} {row['ended']:>6.3f}")
-  lines.append(f"written to {os.path.join(summary['workdir'], EVAL_FILE)}")
   return "\n".join(lines)
