@@ -69,7 +69,8 @@ def test_run_writes_metrics_tensorboard_checkpoints_plot_and_summary(reference):
   assert _steps(workdir) == [36, 38, 40]  # keep_checkpoints = 3
   assert os.path.exists(os.path.join(workdir, run.SUMMARY_FILE))
   # Progress lines: updates done, throughput, ETA and the headline metric.
-  assert re.search(r"update 40/40 \| [\d,]+ env steps/s \| ETA 0:00:00 \| return ",
+  assert re.search(r"update 40/40 \| [\d,]+ env steps/s \(run avg\) \| ETA 0:00:00 \| "
+                   r"last update: return ",
                    proc.stdout), proc.stdout[-2000:]
   assert "compiled a chunk of 2 updates" in proc.stdout
 

@@ -312,16 +312,31 @@ class _Loop:
     values = [r[name] for r in self.records[-_BEST_WINDOW:]
               if since < r["update"] <= done and name in r]
     if values and self.best.offer(done, float(np.mean(values)), state):
-      self.log(f"best {name} so far ({np.mean(values):.3f}): kept the checkpoint of "
-               f"update {done} in {self.best.checkpointer.directory}")
+      first = min(r["update"] for r in self.records[-_BEST_WINDOW:]
+                  if since < r["update"] <= done and name in r)
+      span = f"update {done}" if first == done else f"updates {first}-{done}"
+      self.log(f"best {name} so far: {np.mean(values):.3f} (mean of {span}); kept the "
+               f"checkpoint of update {done} in {self.best.checkpointer.directory}")
 
   def _chunk(self, state, u: int):
-    """Compiles (once per length) and runs a chunk of `u` updates; waits for it."""
+    """Compiles (once per length) and runs a chunk of `u` updates; waits for it.
+
+    A last chunk shorter than `config.chunk_updates` gets a program of its own, and the
+    line says why. Masking the extra updates of a full chunk would save that compile but
+    compute up to `chunk_updates - 1` updates for nothing, change the compiled program
+    whose fixed-seed results are recorded (a select around every update), and break
+    `MeasuredTrain`, which measures at chunk-aligned updates.
+    """
     if u not in self.compiled:
       t0 = time.perf_counter()
       self.compiled[u] = self.run(u).lower(state, self.hp).compile()
       self.compile_s += time.perf_counter() - t0
-      self.log(f"compiled a chunk of {u} updates in {time.perf_counter() - t0:.1f} s")
+      full = int(self.config.chunk_updates)
+      why = (f" for the last {u} of {self.total} updates ({self.total} is not a multiple "
+             f"of chunk_updates={full}; one that divides it saves this compile)"
+             if u < full and self.compiled.keys() - {u} else "")
+      self.log(f"compiled a chunk of {u} update{'s' * (u != 1)} in "
+               f"{time.perf_counter() - t0:.1f} s{why}")
     t0 = time.perf_counter()
     out = jax.block_until_ready(self.compiled[u](state, self.hp))
     return out, time.perf_counter() - t0
@@ -435,8 +450,8 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print,
       extend.check(config, saved, config_to_json(config), train, ckpt.latest_step(), log)
       start, state = _initial_state(train, config, ckpt, mesh, init, loop.hp, log)
       log(f"{config.algo} on {config.env_name}: {total} updates x "
-          f"{train.env_steps_per_update} env steps x {seeds} seed(s), chunks of "
-          f"{config.chunk_updates} updates")
+          f"{train.env_steps_per_update} env steps x {seeds} seed(s), "
+          f"{_chunk_plan(total - start, int(config.chunk_updates))}")
       if primary:
         writer = loop.writer = metrics_lib.MetricsWriter(workdir, resume_step=start)
       with interrupts.StopSignals(log, lambda: "then saving a checkpoint") as stop:
@@ -452,6 +467,15 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print,
     if lock is not None:
       lock.release()
   return summary
+
+
+def _chunk_plan(left: int, chunk: int) -> str:
+  """How `left` updates split into compiled chunks of at most `chunk`, in words."""
+  if left <= chunk:
+    return f"one chunk of {left} update{'s' * (left != 1)}"
+  full, rest = divmod(left, chunk)
+  return (f"{full} chunk{'s' * (full != 1)} of {chunk} updates"
+          + (f", then one of {rest} (compiled on its own)" if rest else ""))
 
 
 def _best_checkpoint(config, train, workdir: str) -> Optional[ckpt_lib.BestCheckpoint]:
@@ -484,6 +508,8 @@ def _finish(config, train, workdir: str, loop: _Loop, start: int, primary: bool,
   if primary:
     with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:
       json.dump(summary, f, indent=2)
-  log("final " + ", ".join(f"{k} {v:.3f}" for k, v in summary["final"].items())
+  window = min(metrics_lib.FINAL_WINDOW, len(records))
+  log(f"final (mean of the last {window} updates): "
+      + ", ".join(f"{k} {v:.3f}" for k, v in summary["final"].items())
       + f" | learning curve: {curve}")
   return summary

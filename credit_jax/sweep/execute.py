@@ -93,7 +93,9 @@ class Progress:
     # Compiles still to come, at the mean time of those done so far.
     eta += self.compiles_left * self.compile_s / max(self.compiles, 1)
     shown = " ".join(f"{k} {v:.3f}" for k, v in latest.items())
-    self.log(f"cells {self.cells_done}/{self.cells_total} done | call {call.name} "
+    # The call's last update finishes its cells (counted in cells_done once written).
+    done = self.cells_done + (len(call.cells) if updates[0] >= updates[1] else 0)
+    self.log(f"cells {done}/{self.cells_total} done | call {call.name} "
              f"({len(call.cells)} cells) update {updates[0]}/{updates[1]} | "
              f"{steps / max(seconds, 1e-9):,.0f} env steps/s | ETA "
              f"{_reuse.metrics_lib.format_duration(eta)} (with {self.compiles_left} "
