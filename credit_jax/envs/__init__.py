@@ -26,6 +26,7 @@ environment's `info` for hindsight relabeling.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import inspect
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -122,9 +123,20 @@ def resolve(name: str) -> Optional[Callable[..., Any]]:
   if isinstance(name, str) and ":" in name:
     register(name, _import_factory(name))
     return _REGISTRY[name]
-  raise ValueError(f"unknown environment {name!r}; known: {', '.join(registered_envs())}"
-                   f" (or register your own: credit_jax.envs.register, or "
-                   f"'pkg.module:Class')")
+  raise ValueError(f"unknown environment {name!r}{_did_you_mean(name)}; known: "
+                   f"{', '.join(registered_envs())} (bsuite's tasks as bsuite defines "
+                   f"them are the bsuite/ ids; gymnax's *-bsuite versions differ, "
+                   f"credit_jax/envs/bsuite.py; or register your own: "
+                   f"credit_jax.envs.register, or 'pkg.module:Class')")
+
+
+def _did_you_mean(name: Any) -> str:
+  """" (did you mean 'X'?)" for the known ids closest to `name` (case ignored), or ""."""
+  if not isinstance(name, str):
+    return ""
+  known = {k.lower(): k for k in registered_envs()}
+  close = difflib.get_close_matches(name.lower(), list(known), n=2, cutoff=0.75)
+  return f" (did you mean {' or '.join(repr(known[c]) for c in close)}?)" if close else ""
 
 
 def registered_envs() -> Tuple[str, ...]:

@@ -49,10 +49,24 @@ def _write_reason(error: BaseException) -> str:
   return os.strerror(int(match.group(1))) if match else _reason(error)
 
 
-def _reason(error: BaseException) -> str:
-  """An exception as one short line."""
+# What orbax/tensorstore append to an error: a JSON spec or source locations in brackets,
+# and pybind object reprs; none of it says what is wrong.
+_NOISE = (re.compile(r"\s*\[(tensorstore_spec|source locations)=.*$"),
+          re.compile(r"<([\w.]+) object at 0x[0-9a-fA-F]+>"))
+
+
+def _reason(error: BaseException, limit: int = 200) -> str:
+  """An exception as one short line: without tensorstore's spec and pybind reprs, and,
+  when still long, its first and last clauses (the operation and the innermost cause)."""
   text = " ".join(str(error).split())
-  text = text if len(text) <= 200 else text[:197] + "..."
+  text = _NOISE[0].sub("", text)
+  text = _NOISE[1].sub(lambda m: m.group(1).rsplit(".", 1)[-1], text)
+  if len(text) > limit:
+    clauses = re.split(r": (?=[A-Z\"])", text)
+    head, tail = clauses[0], clauses[-1]
+    text = head if len(clauses) == 1 else f"{head}: ...: {tail}"
+    if len(text) > limit:
+      text = text[:limit - 3].rsplit(" ", 1)[0] + "..."
   return f"{type(error).__name__}: {text}"
 
 

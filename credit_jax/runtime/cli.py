@@ -208,6 +208,16 @@ def _reordered(argv: Sequence[str], config_flag: str) -> str:
   return " ".join(shlex.quote(a) for a in ["python3", argv[0]] + spec + rest)
 
 
+# Fields a user looks for in a recipe that spells the idea another way.
+_FIELD_HINTS = {
+    "horizon": ("; PPO has none: its rollout length is config.num_steps, the steps each "
+                "environment takes per update, in windows that run on across episode "
+                "boundaries (an episode that ends resets and continues in the same "
+                "window), not one episode each; an episode's own length is the env's "
+                "(--config.env_kwargs.horizon=N on KeyChain)"),
+}
+
+
 def flag_error_line(error: BaseException, argv: Sequence[str]) -> str:
   """One line for an error absl or ml_collections raised while parsing `argv`."""
   # ml_collections raises KeyError-in-AttributeError, whose text is a repr: unescape it.
@@ -221,7 +231,7 @@ def flag_error_line(error: BaseException, argv: Sequence[str]) -> str:
   if typo or isinstance(error, (KeyError, AttributeError)):
     key = typo.group(1) if typo else text.strip("'\" ")
     arg = next((a for a in argv if re.search(rf"\.{re.escape(key)}(=|$)", a)), key)
-    hint = f"; did you mean {typo.group(2)!r}?" if typo else ""
+    hint = f"; did you mean {typo.group(2)!r}?" if typo else _FIELD_HINTS.get(key, "")
     return f"{arg}: the config has no field {key!r}{hint}"
   flag = re.match(r"flag (--\S+?): ", text)
   where = flag.group(1) if flag else ""

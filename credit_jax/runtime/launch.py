@@ -262,6 +262,11 @@ def _drop_file_env_kwargs(config) -> None:
     return
   if config.env_name == _FILE_ENV["env_name"] or not dict(config.env_kwargs or {}):
     return
+  from credit_jax import envs  # pylint: disable=g-import-not-at-top
+  try:
+    envs.resolve(config.env_name)
+  except ValueError:   # a misspelt id: its own error comes next, with no note before it
+    return
   dropped = ", ".join(f"{k}={v!r}" for k, v in sorted(dict(config.env_kwargs).items()))
   unlocked = getattr(config, "unlocked", None)
   if unlocked is not None:
