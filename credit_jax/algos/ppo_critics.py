@@ -202,7 +202,7 @@ class ValueMLP(nn.Module):
     keep = obs.ndim - self.obs_rank
     x = obs.reshape(obs.shape[:keep] + (-1,)).astype(jnp.float32)
     x = nets.MLP(tuple(self.hidden_sizes), self.activation, name="v_torso")(x)
-    return nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0),
+    return nn.Dense(1, kernel_init=nets.orthogonal(1.0),   # safe to vmap (issue 46)
                     bias_init=nn.initializers.zeros)(x)[..., 0]
 
 
