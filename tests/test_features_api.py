@@ -32,3 +32,132 @@ def test_a_block_no_feature_of_the_recipe_runs_is_refused(algo, name, add):
   with pytest.raises(ConfigError, match=rf"^config\.{name}[.:]") as e:
     algos.validate_config(c)
   assert "\n" not in str(e.value)
+
+
+# --- features passed as objects, the typed context ------------------------------------
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from credit_jax.addons import hooks  # noqa: E402
+from credit_jax.algos import grpo, ppo, reinforce  # noqa: E402
+
+SEEN = []
+
+
+class Scaled(hooks.Feature):
+  """The recipe's own advantages times `scaled.weight`, recording the context it got."""
+  name = "scaled"
+  field = "scaled.enabled"
+  estimator = True
+  traced = ("weight",)
+
+  def bind(self, context):
+    SEEN.append(context)
+    bound = hooks.Bound()
+    bound.advantages = lambda carry, inputs: (inputs.advantages * inputs.hp[
+        "scaled.weight"], carry, {"scaled_mean": inputs.advantages.mean()})
+    return bound
+
+
+def _tiny(algo):
+  if algo == "ppo":
+    c = ppo.default_config()
+    c.env_name = "KeyChain-v0"
+    c.env_kwargs = ml_collections.ConfigDict({"horizon": 6, "num_pivotal": 1})
+    c.num_envs, c.num_steps, c.total_timesteps = 4, 12, 2 * 4 * 12
+    c.num_minibatches, c.update_epochs = 2, 1
+  elif algo == "grpo":
+    c = grpo.default_config()
+    c.env_kwargs.horizon, c.horizon, c.env_kwargs.num_pivotal = 6, 6, 1
+    c.num_updates, c.num_tasks, c.group_size, c.num_minibatches = 2, 2, 4, 1
+  else:
+    c = reinforce.default_config()
+    c.env_kwargs.horizon, c.horizon, c.env_kwargs.num_pivotal = 6, 6, 1
+    c.num_updates, c.num_envs = 2, 8
+  c.network.hidden_sizes = (8,)
+  return c
+
+
+def _run(config, features=()):
+  train = algos.make_train(config, features=features)
+  return jax.jit(train)(jax.random.PRNGKey(0))
+
+
+@pytest.mark.parametrize("algo", ["ppo", "grpo", "reinforce"])
+def test_a_feature_object_fills_the_slot_of_every_open_recipe(algo):
+  plain = _run(_tiny(algo))[0].params
+  c = _tiny(algo)
+  c.scaled = ml_collections.ConfigDict({"enabled": True, "weight": 1.0})
+  SEEN.clear()
+  train = algos.make_train(c, features=(Scaled(),))
+  assert "scaled.weight" in train.default_hparams
+  state, metrics = jax.jit(train)(jax.random.PRNGKey(0))
+  assert "scaled_mean" in metrics
+  # Times 1: the recipe trains on its own advantages, bit for bit.
+  jax.tree.map(np.testing.assert_array_equal, state.params, plain)
+  ctx = SEEN[-1]
+  assert isinstance(ctx, hooks.Context) and ctx.policy is not None
+  hp = {"gamma": jnp.float32(0.5)}
+  assert float(ctx.discount(hp)) == (1.0 if algo == "grpo" else 0.5)
+  if algo == "grpo":   # times 0: no policy gradient, the parameters stay where they began
+    zero = {**train.default_hparams, "scaled.weight": jnp.float32(0.0)}
+    s0, _ = jax.jit(train)(jax.random.PRNGKey(0), zero)
+    init = jax.jit(train.init)(jax.random.PRNGKey(0), zero)
+    jax.tree.map(np.testing.assert_array_equal, s0.params, init.params)
+  # Without the object the block is unclaimed, and a recipe without slots refuses it.
+  with pytest.raises(ConfigError, match=r"^config\.scaled: no feature claims"):
+    algos.make_train(c)
+  d = algos.RECIPES["dqn"].default_config()
+  d.scaled = c.scaled
+  with pytest.raises(ConfigError, match=r"^config\.scaled\.enabled: the dqn recipe"):
+    algos.validate_config(d, features=(Scaled(),))
+
+
+def _learned(algo, name, kind):
+  c = _tiny(algo)
+  if algo == "ppo":
+    c.rollout, c.num_steps, c.num_minibatches = "episodes", 6, 1
+    c.total_timesteps = 2 * 4 * 6
+  if kind == "gru":
+    c.network.kind, c.network.gru_size = "gru", 8
+  if name == "rudder":
+    rudder.add_config(c, hidden_size=8, encoder_sizes=(8,), replay_episodes=4,
+                      capacity=8, train_steps=1)
+  else:
+    hindsight_credit.add_config(c, name, hidden_sizes=(8,), train_steps=1)
+  return c
+
+
+@pytest.mark.parametrize("algo,name,kind", [
+    ("reinforce", "rudder", "mlp"), ("reinforce", "hca", "mlp"),
+    ("reinforce", "cocoa", "mlp"), ("reinforce", "hca", "gru"),
+    ("reinforce", "cocoa", "gru"), ("reinforce", "rudder", "gru"),
+    ("ppo", "rudder", "mlp"), ("ppo", "hca", "mlp"), ("ppo", "cocoa", "mlp"),
+    ("grpo", "hca", "mlp"), ("grpo", "cocoa", "mlp"), ("grpo", "hca", "gru"),
+    ("grpo", "cocoa", "gru")])
+def test_learned_credit_runs_in_the_recipes(algo, name, kind):
+  state, metrics = _run(_learned(algo, name, kind))
+  assert np.isfinite(np.asarray(metrics["loss"])).all()
+  assert f"{name}_loss" in metrics and np.isfinite(np.asarray(metrics[f"{name}_loss"])).all()
+  assert all(k in state.aux for k in (f"{name}_params",))
+
+
+@pytest.mark.parametrize("algo,name,kind,field", [
+    ("grpo", "rudder", "mlp", "rudder.enabled"),
+    ("ppo", "hca", "mlp", "hca.enabled"),
+    ("ppo", "rudder", "gru", "rollout"),
+    ("grpo", "hca", "transformer", None)])
+def test_where_learned_credit_cannot_run_it_is_refused_saying_why(algo, name, kind, field):
+  c = _learned(algo, name, "mlp")
+  if algo == "ppo" and name == "hca":
+    c.rollout = "continuing"   # windows: the outcomes after a step may lie beyond it
+  if kind != "mlp":
+    c.network.kind = kind
+  if field is None:   # a transformer replays like a GRU: it runs
+    algos.validate_config(c)
+    return
+  with pytest.raises(ConfigError, match=rf"^config\.{field}: ") as e:
+    algos.validate_config(c)
+  assert "\n" not in str(e.value)

@@ -119,14 +119,18 @@ def test_two_hooks_cannot_own_one_entry():
 
 
 def _enable(c, name):
-  from credit_jax.addons import curriculum, gigpo, prm, tree_groups, vine_ppo
+  from credit_jax.addons import (curriculum, gigpo, hindsight_credit, prm, rudder,
+                                 tree_groups, vine_ppo)
   if name == "curriculum":
     curriculum.add_config(c)
     c.curriculum.kind = "fixed"
   elif name == "prm":
     c.prm = prm.default_config()
+  elif name in ("hca", "cocoa"):
+    hindsight_credit.add_config(c, name)
   else:
-    {"vine": vine_ppo, "gigpo": gigpo, "tree": tree_groups}[name].add_config(c)
+    {"vine": vine_ppo, "gigpo": gigpo, "tree": tree_groups,
+     "rudder": rudder}[name].add_config(c)
   return c
 
 

@@ -288,15 +288,17 @@ def test_exact_hindsight_estimators_against_enumeration():
 
 
 def _hooks_context(config, env, params):
-  agent = type("Agent", (), {"logits": staticmethod(logits_fn)})
   recipe = hooks.Recipe("reinforce", ("rudder", "hca", "cocoa"))
   return hooks.Context(config=config, recipe=recipe, env=env, env_params=params,
-                       agent=agent, batch=8)
+                       policy=None, network=None,
+                       logits=lambda p, traj: logits_fn(p, traj.obs),
+                       discount=lambda hp: hp["gamma"], batch=8)
 
 
 def test_features_validate_refuse_and_fill_their_slots():
   env, params = _env()
-  feats = (rudder.HOOK, hindsight_credit.HCA_HOOK, hindsight_credit.COCOA_HOOK)
+  feats = (rudder.RudderFeature(), hindsight_credit.HcaFeature(),
+           hindsight_credit.CocoaFeature())
   base = ml_collections.ConfigDict({"horizon": T, "num_steps": 2 * T,
                                     "env_name": "KeyChain-v0",
                                     "env_kwargs": {"horizon": T}})

@@ -1,7 +1,7 @@
 """Learned credit, learning: the hindsight models converge to KeyChain's exact hindsight
 distributions, the return predictor to the perfect predictor's redistribution, and each
-option of the learned-credit program (RUDDER, HCA, COCOA; REINFORCE and PPO) learns
-KeyChain and the linear key-to-door (seeded, with thresholds)."""
+learned-credit feature (RUDDER, HCA, COCOA) learns KeyChain inside the REINFORCE recipe
+and inside PPO on whole episodes (`rollout = "episodes"`), seeded, with thresholds."""
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -10,7 +10,7 @@ import pytest
 
 from credit_jax import envs, rollout
 from credit_jax.addons import hindsight_credit, keychain_hindsight, learned_probe, rudder
-from credit_jax.experiments.learned_credit import program
+from credit_jax.algos import make_train, ppo, reinforce
 
 from test_learned_credit import A, K, PARAMS, T, _obs, logits_fn
 
@@ -79,20 +79,23 @@ def test_learned_predictor_redistributes_like_the_perfect_one():
   assert float(metrics["rudder_explained"]) > 0.95, metrics
 
 
-def _config(option: str, objective: str, env: str):
-  c = program.default_config()
-  if env == "keychain":
-    c.env_kwargs.horizon = c.horizon = 10
-    c.env_kwargs.num_pivotal, c.env_kwargs.num_actions = 2, 2
-    # HCA learns with a slower policy (its hindsight model must keep up): lr 3e-3.
-    c.num_updates, c.lr = (100, 3e-3) if option == "hca" else (60, 1e-2)
+def _config(option: str, objective: str):
+  # HCA learns with a slower policy (its hindsight model must keep up): lr 3e-3.
+  updates, lr = (100, 3e-3) if option == "hca" else (60, 1e-2)
+  if objective == "ppo":   # PPO's epochs on whole episodes, GAE under its value head
+    c = ppo.default_config()
+    c.rollout, c.num_envs, c.num_steps = "episodes", 32, 10
+    c.total_timesteps = updates * 32 * 10
+    c.update_epochs, c.num_minibatches, c.clip_value_loss = 4, 1, False
+    c.gamma, c.gae_lambda, c.ent_coef, c.anneal_lr, c.max_grad_norm = \
+        1.0, 0.95, 0.0, False, 1.0
   else:
-    c.env_name, c.env_kwargs, c.horizon = "LinearKeyToDoor-v0", {"length": 23}, 23
-    c.num_updates, c.lr, c.ent_coef = 400, 1e-3, 0.01
-  c.num_envs, c.objective = 32, objective
-  if objective == "ppo":
-    c.num_epochs = 4
-    c.credit = "gae" if option == "rudder" else "rtg"
+    c = reinforce.default_config()
+    c.num_envs, c.num_updates, c.horizon = 32, updates, 10
+  c.env_name = "KeyChain-v0"
+  c.env_kwargs = ml_collections.ConfigDict({"horizon": 10, "num_pivotal": 2,
+                                            "num_actions": 2, "cue_delay": 0})
+  c.lr = lr
   if option == "rudder":
     rudder.add_config(c)
   else:
@@ -101,7 +104,7 @@ def _config(option: str, objective: str, env: str):
 
 
 def _final_success(config, seeds=2):
-  train = program.make_train(config)
+  train = make_train(config)
   keys = jax.random.split(jax.random.key(0), seeds)
   _, metrics = jax.jit(jax.vmap(train))(keys)
   return np.asarray(metrics["success"])[:, -10:].mean(axis=1)   # [seeds]
@@ -113,5 +116,5 @@ def _final_success(config, seeds=2):
     ("rudder", "reinforce", 0.8), ("rudder", "ppo", 0.8), ("hca", "reinforce", 0.6),
     ("hca", "ppo", 0.6), ("cocoa", "reinforce", 0.8), ("cocoa", "ppo", 0.8)])
 def test_each_option_learns_keychain(option, objective, threshold):
-  success = _final_success(_config(option, objective, "keychain"))
+  success = _final_success(_config(option, objective))
   assert success.min() >= threshold, success

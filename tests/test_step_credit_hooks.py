@@ -1,8 +1,6 @@
 """The step-credit features as hooks (credit_jax/addons/vine_ppo.py, gigpo.py,
 tree_groups.py, step_states.py): refusal and validation through `hooks.check`, the state
 and carry they keep, and each slot against the core function it wraps."""
-import types
-
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -39,9 +37,9 @@ def _config(**blocks):
 
 
 def _context(config, env, params, policy):
-  agent = types.SimpleNamespace(policy=lambda: policy)
   return hooks.Context(config=config, recipe=GRPO, env=env, env_params=params,
-                       agent=agent, batch=8)
+                       policy=policy, network=None, logits=None,
+                       discount=hooks.undiscounted, batch=8)
 
 
 def test_check_validates_and_refuses_naming_fields():

@@ -52,7 +52,8 @@ from credit_jax import returns
 
 Array = jax.Array
 
-__all__ = ["CocoaCredit", "all_action_loss", "clipped_all_action_loss", "cocoa_credit",
+__all__ = ["CocoaCredit", "all_action_loss", "all_action_terms", "clipped_all_action_loss",
+           "clipped_all_action_terms", "cocoa_credit",
            "cocoa_loss", "future_by_class", "hca_advantages", "hca_loss",
            "reward_classes", "step_credit_mass"]
 
@@ -207,38 +208,50 @@ def cocoa_loss(h_logits: Array, actions: Array, counts: Array) -> Array:
 # Policy losses of the all-action estimator.
 
 
+def all_action_terms(logits: Array, actions: Array, immediate: Array,
+                     contributions: Array) -> Array:
+  """[T, B...] REINFORCE's per-step surrogate for COCOA: minus `log pi(a_t|o_t)
+  immediate_t + sum_a pi(a|o_t) C_t(a)` (credit held constant); a recipe averages it over
+  its valid steps as it averages its own per-step loss.
+
+  Args:
+    logits: [T, B..., A]; actions: [T, B...] int; immediate: [T, B...];
+    contributions: [T, B..., A].
+  """
+  _check("contributions", contributions, np.shape(logits))
+  _check("immediate", immediate, np.shape(logits)[:-1])
+  logp = jax.nn.log_softmax(logits)
+  taken = jnp.take_along_axis(logp, actions[..., None].astype(jnp.int32), -1)[..., 0]
+  return -(taken * jax.lax.stop_gradient(immediate) + jnp.sum(
+      jnp.exp(logp) * jax.lax.stop_gradient(contributions), axis=-1))
+
+
 def all_action_loss(logits: Array, actions: Array, immediate: Array,
                     contributions: Array, valid: Array = None) -> Array:
-  """[] REINFORCE's surrogate for COCOA: minus the mean over valid steps of
-  `log pi(a_t|o_t) immediate_t + sum_a pi(a|o_t) C_t(a)` (credit held constant), whose
-  gradient is the module doc's estimator divided by the number of valid steps.
+  """[] `all_action_terms` averaged over the valid steps: its gradient is the module
+  doc's estimator divided by the number of valid steps.
 
   Args:
     logits: [T, B, A]; actions: [T, B] int; immediate: [T, B]; contributions: [T, B, A];
     valid: optional [T, B] bool.
   """
-  _check("contributions", contributions, np.shape(logits))
-  _check("immediate", immediate, np.shape(logits)[:2])
-  logp = jax.nn.log_softmax(logits)
-  taken = jnp.take_along_axis(logp, actions[..., None].astype(jnp.int32), -1)[..., 0]
-  per_step = taken * jax.lax.stop_gradient(immediate) + jnp.sum(
-      jnp.exp(logp) * jax.lax.stop_gradient(contributions), axis=-1)
-  m = _mask(np.shape(immediate), valid).astype(per_step.dtype)
-  return -jnp.sum(per_step * m) / jnp.maximum(jnp.sum(m), 1.0)
+  terms = all_action_terms(logits, actions, immediate, contributions)
+  m = _mask(np.shape(immediate), valid).astype(terms.dtype)
+  return jnp.sum(terms * m) / jnp.maximum(jnp.sum(m), 1.0)
 
 
-def clipped_all_action_loss(logits: Array, old_logits: Array, actions: Array,
-                            immediate: Array, contributions: Array, clip_eps: Any,
-                            valid: Array = None) -> Array:
-  """[] PPO's clipped surrogate for COCOA: the sampled action's term as PPO clips it
-  (ratio `pi/pi_old` of the action taken, advantage `immediate`) plus, for every action,
-  `pi_old(a) min(rho_a C(a), clip(rho_a, 1 - eps, 1 + eps) C(a))`, `rho_a = pi(a)/pi_old(a)`;
-  at `pi = pi_old` its gradient is `all_action_loss`'s. Minus the mean over valid steps.
+def clipped_all_action_terms(logits: Array, old_logits: Array, actions: Array,
+                             immediate: Array, contributions: Array,
+                             clip_eps: Any) -> Array:
+  """[T, B...] PPO's clipped per-step surrogate for COCOA: minus the sampled action's term
+  as PPO clips it (ratio `pi/pi_old` of the action taken, advantage `immediate`) plus, for
+  every action, `pi_old(a) min(rho_a C(a), clip(rho_a, 1 - eps, 1 + eps) C(a))`,
+  `rho_a = pi(a)/pi_old(a)`; at `pi = pi_old` its gradient is `all_action_terms`'.
 
   Args:
-    logits, old_logits: [T, B, A] (the policy now, and the one that collected the batch);
-    actions: [T, B] int; immediate: [T, B]; contributions: [T, B, A]; clip_eps: [] float;
-    valid: optional [T, B] bool.
+    logits, old_logits: [T, B..., A] (the policy now, and the one that collected the
+    batch); actions: [T, B...] int; immediate: [T, B...]; contributions: [T, B..., A];
+    clip_eps: [] float.
   """
   _check("old_logits", old_logits, np.shape(logits))
   _check("contributions", contributions, np.shape(logits))
@@ -249,9 +262,22 @@ def clipped_all_action_loss(logits: Array, old_logits: Array, actions: Array,
   c = jax.lax.stop_gradient(contributions)
   every = jnp.sum(jnp.exp(old) * clip(rho, c), axis=-1)
   rho_taken = jnp.take_along_axis(rho, actions[..., None].astype(jnp.int32), -1)[..., 0]
-  per_step = clip(rho_taken, jax.lax.stop_gradient(immediate)) + every
-  m = _mask(np.shape(immediate), valid).astype(per_step.dtype)
-  return -jnp.sum(per_step * m) / jnp.maximum(jnp.sum(m), 1.0)
+  return -(clip(rho_taken, jax.lax.stop_gradient(immediate)) + every)
+
+
+def clipped_all_action_loss(logits: Array, old_logits: Array, actions: Array,
+                            immediate: Array, contributions: Array, clip_eps: Any,
+                            valid: Array = None) -> Array:
+  """[] `clipped_all_action_terms` averaged over the valid steps.
+
+  Args:
+    logits, old_logits: [T, B, A]; actions: [T, B] int; immediate: [T, B];
+    contributions: [T, B, A]; clip_eps: [] float; valid: optional [T, B] bool.
+  """
+  terms = clipped_all_action_terms(logits, old_logits, actions, immediate, contributions,
+                                   clip_eps)
+  m = _mask(np.shape(immediate), valid).astype(terms.dtype)
+  return jnp.sum(terms * m) / jnp.maximum(jnp.sum(m), 1.0)
 
 
 def step_credit_mass(pi: Array, immediate: Array, contributions: Array) -> Array:

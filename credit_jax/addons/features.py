@@ -3,34 +3,45 @@
 
 `FEATURES` lists them in the order their slots run: the horizon curriculum (it replaces
 the environment, so it comes first), PRM shaping, then the step-level credit estimators
-(VinePPO's vines, GiGPO's anchors, tree-structured groups). A recipe names the ones it
+(VinePPO's vines, GiGPO's anchors, tree-structured groups), then the learned ones
+(RUDDER, HCA, COCOA). A recipe names the ones it
 accepts in its `Recipe` (`hooks.Recipe(name, accepts=HOOKS, ...)`); `train.validate`
 calls `check` for every recipe, so a feature a recipe does not accept is refused here,
 in one place, naming the feature's field.
 
-In a recipe's `make_train`: `env, env_params = wrap_env(config, env, env_params)`, then
-`hooks = bind(config, RECIPE, env, env_params, agent, batch)`, `hparams(config)` joined
-to the recipe's default hparams, and each slot of `hooks` called once per update.
+A fork's feature is not listed here: it is an object passed to a recipe,
+`make_train(config, features=(MyCredit(),))`, and every call below takes such objects
+as `passed` (after the registry's, in the order given).
+
+In a recipe's `make_train`: `env, env_params = wrap_env(config, env, env_params, passed)`,
+then `hooks = bind(config, RECIPE, env, env_params, policy, batch, network, logits,
+discount, passed)`, `hparams(config, passed)` joined to the recipe's default hparams, and
+each slot of `hooks` called once per update.
 """
 from __future__ import annotations
 
-import types
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import ml_collections
 
-from credit_jax.addons import curriculum, gigpo, hooks, prm, tree_groups, vine_ppo
+from credit_jax.addons import (curriculum, gigpo, hindsight_credit, hooks, prm, rudder,
+                               tree_groups, vine_ppo)
 from credit_jax.config import require
 
-__all__ = ["FEATURES", "STEP_CREDIT", "bind", "check", "enabled", "hparams", "wrap_env"]
+__all__ = ["FEATURES", "LEARNED_CREDIT", "STEP_CREDIT", "bind", "check", "enabled", "hparams", "wrap_env"]
 
 # The step-level credit estimators: they run with an MLP policy in the recipes (the
 # estimators under them, credit_jax/vine.py, anchors.py, tree_rollouts.py, also take
 # sequence policies).
 STEP_CREDIT: Tuple[hooks.Feature, ...] = (vine_ppo.VineFeature(), gigpo.GigpoFeature(),
                                           tree_groups.TreeFeature())
+# The learned credit estimators: RUDDER's redistribution (`shape_rewards`), HCA's and
+# COCOA's hindsight credit (`advantages`), each with its model trained online.
+LEARNED_CREDIT: Tuple[hooks.Feature, ...] = (rudder.RudderFeature(),
+                                             hindsight_credit.HcaFeature(),
+                                             hindsight_credit.CocoaFeature())
 FEATURES: Tuple[hooks.Feature, ...] = (curriculum.CurriculumFeature(),
-                                       prm.PrmFeature()) + STEP_CREDIT
+                                       prm.PrmFeature()) + STEP_CREDIT + LEARNED_CREDIT
 
 
 def _enabled(config, passed: Sequence[hooks.Feature] = ()):
@@ -51,9 +62,9 @@ def known(passed: Sequence[hooks.Feature] = ()) -> Tuple[hooks.Feature, ...]:
   return out
 
 
-def enabled(config) -> Tuple[str, ...]:
+def enabled(config, passed: Sequence[hooks.Feature] = ()) -> Tuple[str, ...]:
   """The names of the features `config` turns on (empty: none)."""
-  return tuple(f.name for f in _enabled(config))
+  return tuple(f.name for f in _enabled(config, passed))
 
 
 def check(config, recipe: hooks.Recipe, passed: Sequence[hooks.Feature] = (),
@@ -69,7 +80,7 @@ def check(config, recipe: hooks.Recipe, passed: Sequence[hooks.Feature] = (),
       require(False, key, f"no feature claims this block, so it would be ignored; the "
               f"registry's are {sorted({f.block for f in FEATURES})}, a fork's feature is "
               f"passed as make_train(config, features=(MyFeature(),))")
-  hooks.check(config, recipe, feats)
+  hooks.check(config, recipe, FEATURES, passed)
   kind = str(config.get("network", {}).get("kind", "mlp"))
   for f in (f for f in STEP_CREDIT if f.enabled(config)):
     require(kind in ("mlp", "tabular", "linear"), "network.kind",
@@ -77,9 +88,10 @@ def check(config, recipe: hooks.Recipe, passed: Sequence[hooks.Feature] = (),
             f"the recipes, got {kind!r}")
 
 
-def wrap_env(config, env, env_params):
-  """`(env, env_params)` after every enabled feature's `wrap_env`, in registry order."""
-  for f in _enabled(config):
+def wrap_env(config, env, env_params, passed: Sequence[hooks.Feature] = ()):
+  """`(env, env_params)` after every enabled feature's `wrap_env`, in registry order
+  (then the `passed` objects')."""
+  for f in _enabled(config, passed):
     env, env_params = f.wrap_env(config, env, env_params)
   return env, env_params
 
@@ -103,11 +115,16 @@ def hparams(config, passed: Sequence[hooks.Feature] = ()):
 
 
 def bind(config, recipe: hooks.Recipe, env, env_params, policy: Any, batch: int,
-         network: Optional[Any] = None) -> hooks.Hooks:
-  """The run's hooks. `policy` is the recipe's rollout policy and `network` its flax
-  policy network (None where a feature may not use it): what the features see as
-  `context.agent.policy()` and `context.agent.network`."""
-  agent = types.SimpleNamespace(policy=lambda: policy, network=network)
+         network: Optional[Any] = None, logits: Optional[Callable] = None,
+         discount: Callable = hooks.undiscounted,
+         passed: Sequence[hooks.Feature] = ()) -> hooks.Hooks:
+  """The run's hooks: every enabled feature (the registry's, then the `passed` objects)
+  bound to one `hooks.Context` of the recipe's pieces: `policy` its rollout policy,
+  `network` its flax network (None where it has several), `logits(params, traj) ->
+  [T, B..., A]` (default: `network`'s first output at `traj.obs`), `discount(hp)`."""
+  if logits is None and network is not None:
+    logits = lambda params, traj: network.apply(params, traj.obs)[0]
   context = hooks.Context(config=config, recipe=recipe, env=env, env_params=env_params,
-                          agent=agent, batch=int(batch))
-  return hooks.Hooks([(f.name, f.bind(context)) for f in _enabled(config)])
+                          policy=policy, network=network, logits=logits,
+                          discount=discount, batch=int(batch))
+  return hooks.Hooks([(f.name, f.bind(context)) for f in _enabled(config, passed)])

@@ -52,9 +52,6 @@ class GigpoFeature(hooks.Feature):
   estimator = True
   traced = ("step_weight", "gamma")
 
-  def enabled(self, config) -> bool:
-    return config.get("gigpo") is not None and bool(config.gigpo.get("enabled", False))
-
   def validate(self, config, recipe: hooks.Recipe) -> None:
     g = config.gigpo
     require(recipe.rollout == hooks.GROUPS, "gigpo.enabled",

@@ -18,8 +18,9 @@ policy loss consumes with `contributions.all_action_loss` (or its clipped form):
 estimator credits every action, not only the sampled one, so a recipe taking COCOA
 needs its loss to read per-action credit (the one addition to the slot's contract).
 
-Both need the policy's probabilities of every action at each step: the context's agent
-provides `logits(params, obs [T, B, ...]) -> [T, B, A]`.
+Both need the policy's probabilities of every action at each step: the context provides
+`logits(params, traj) -> [T, B..., A]` (a sequence network replays the episodes), and
+the recipe's discount `context.discount(hp)` (GRPO: 1).
 
 Metrics (`hca_` / `cocoa_` prefix): `loss` (the model's cross entropy before its update),
 `credit_mass_pivotal` (the share of the credit on `info["pivotal"]` steps, where the
@@ -225,10 +226,6 @@ class _HindsightFeature(hooks.Feature):
   def field(self):
     return f"{self.kind}.enabled"
 
-  def enabled(self, config) -> bool:
-    block = config.get(self.kind)
-    return block is not None and bool(block.get("enabled", False))
-
   def validate(self, config, recipe: hooks.Recipe) -> None:
     h = config[self.kind]
     require(int(h.train_steps) >= 1, f"{self.kind}.train_steps",
@@ -236,7 +233,7 @@ class _HindsightFeature(hooks.Feature):
     require(float(h.lr) > 0, f"{self.kind}.lr", f"must be > 0, got {h.lr}")
     require(recipe.rollout != hooks.CONTINUING, f"{self.kind}.enabled",
             "the outcomes that follow a step must lie in its window: whole episodes "
-            "(an EPISODES or GROUPS rollout)")
+            "(REINFORCE, GRPO, or PPO with rollout = 'episodes')")
     require(int(config.get("history_window", 0) or 0) == 0, "history_window",
             "the hindsight model reads the observations as the environment gives them")
 
@@ -264,7 +261,8 @@ class _HindsightBound(hooks.Bound):
     self.model = Hindsight(kind, cfg, env.num_actions,
                            int(np.prod(env.observation_space(params).shape)), values)
     self.owns = self.model.owns
-    self.logits = context.agent.logits
+    self.logits = context.logits
+    self.discount = context.discount
     self.kind = kind
     self.advantages = self._advantages
 
@@ -277,12 +275,10 @@ class _HindsightBound(hooks.Bound):
         np.ndim(traj.actions):]))
     batch_shape = np.shape(traj.actions)
     flat_traj = jax.tree.map(flat, traj._replace(rewards=inputs.signal.rewards))
-    logits = self.logits(inputs.params, flat_traj.obs)
-    credit, carry, metrics = self.model.step(carry, logits, flat_traj, inputs.hp["gamma"],
+    logits = flat(jax.lax.stop_gradient(self.logits(inputs.params, traj)))
+    credit, carry, metrics = self.model.step(carry, logits, flat_traj,
+                                             self.discount(inputs.hp),
                                              inputs.hp[f"{self.kind}.lr"], inputs.key)
     unflat = lambda x: jnp.reshape(x, batch_shape + tuple(np.shape(x)[2:]))
     return jax.tree.map(unflat, credit), carry, metrics
 
-
-HCA_HOOK = HcaFeature()
-COCOA_HOOK = CocoaFeature()

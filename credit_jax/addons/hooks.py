@@ -66,13 +66,17 @@ credit) needs no change to a recipe's program:
      shaped `signal`, the critic's `values` (None without one), the recipe's own
      `advantages` (GAE or group advantages, to combine with or to replace), the policy
      `params` that collected the rollout, `hp` and a `key`; the policy itself is
-     `context.agent.policy()` (`features.bind`). It returns `(advantages
+     `context.policy`, its logits at a rollout's steps `context.logits(params, traj)`,
+     the recipe's discount `context.discount(hp)` (the same `Context` fields from every
+     recipe). It returns `(advantages
      [T, B...], carry, metrics)`, its simulated steps as metric `env_steps`.
      A learned estimator (HCA/COCOA) keeps its model in `init`'s carry and trains it in
      `observe`; a reward redistribution (RUDDER) fills `shape_rewards` instead.
-  4. Add the feature to `FEATURES` in `credit_jax/addons/features.py` and its name to the
-     `HOOKS` of the recipes that should accept it (PPO: `credit_jax/algos/ppo.py`, GRPO:
-     `credit_jax/algos/grpo.py`), and test it against an independent reference.
+  4. Pass the object to a recipe: `make_train(config, features=(MyCredit(),))` (every
+     recipe whose program calls the slots, `Recipe.open`: REINFORCE, PPO, GRPO); the
+     library's own features are also listed in `FEATURES` in
+     `credit_jax/addons/features.py` and named in the `HOOKS` of the recipes that take
+     them. Test it against an independent reference.
 """
 from __future__ import annotations
 
@@ -96,13 +100,16 @@ ROLLOUTS = (CONTINUING, GROUPS, EPISODES)
 class Recipe:
   """What a recipe tells the features about itself.
 
-  name: the recipe (`config.algo`); accepts: the names of the features it takes (its
-  module's `HOOKS`); rollout: one of `ROLLOUTS`; critic: it learns a value function.
+  name: the recipe (`config.algo`); accepts: the names of the registry's features it
+  takes (its module's `HOOKS`); rollout: one of `ROLLOUTS`; critic: it learns a value
+  function; open: its program calls every slot, so it takes features passed as objects
+  (each one's `validate` still refuses what it cannot run with this recipe).
   """
   name: str
   accepts: Tuple[str, ...] = ()
   rollout: str = EPISODES
   critic: bool = False
+  open: bool = False
 
   def __post_init__(self):
     if self.rollout not in ROLLOUTS:
@@ -116,13 +123,31 @@ class Signal(NamedTuple):
   bonus: Optional[Array] = None   # [T, B...] per-step credit added to the advantages, or None
 
 
+def undiscounted(hp) -> float:
+  """The discount of a recipe whose credit is undiscounted (GRPO's episode scores)."""
+  del hp
+  return 1.0
+
+
 class Context(NamedTuple):
-  """What `Feature.bind` receives: the recipe's pieces, built once per `make_train`."""
+  """What `Feature.bind` receives: the recipe's pieces, built once per `make_train`, the
+  same fields from every recipe (`features.bind` builds it).
+
+  policy: the rollout policy (a `PolicyFn`, or a `SequencePolicy` for a GRU or
+  transformer) as `rollout.collect` takes it; network: the recipe's flax network
+  (None where it has several); logits: `(params, traj) -> [T, B..., A]` the policy's
+  logits at every step of a rollout `traj [T, B...]` (a sequence network replays each
+  episode from its initial carry); discount: `hp -> []` the discount of the recipe's
+  credit (PPO, REINFORCE: `hp["gamma"]`; GRPO: 1.0, `undiscounted`).
+  """
   config: Any
   recipe: Recipe
   env: Any               # the environment the recipe rolls out (wrapped)
   env_params: Any
-  agent: Any             # `.policy()` the rollout policy, `.network` the flax network or None
+  policy: Any
+  network: Any
+  logits: Callable
+  discount: Callable
   batch: int             # environments per rollout (PPO: num_envs; GRPO: num_tasks * K)
 
 
@@ -232,8 +257,10 @@ class Feature:
     return self.field.split(".")[0]
 
   def enabled(self, config) -> bool:
-    del config
-    return False
+    """Whether `config` turns it on: by default, an `enabled` field of its block that
+    is true."""
+    block = config.get(self.block)
+    return block is not None and bool(block.get("enabled", False))
 
   def validate(self, config, recipe: Recipe) -> None:
     """Raises `ConfigError` naming the first of the feature's fields that cannot run."""
@@ -254,23 +281,29 @@ class Feature:
     return Bound()
 
 
-def check(config, recipe: Recipe, features: Sequence[Feature]) -> None:
+def check(config, recipe: Recipe, features: Sequence[Feature],
+          passed: Sequence[Feature] = ()) -> None:
   """Refuses what `recipe` does not accept and validates what it does: the one place.
 
-  Raises `ConfigError` naming the field of the first enabled feature the recipe does not
-  list (with the recipes' alternatives in the message), of a second enabled estimator,
-  or the first field an accepted feature's `validate` rejects.
+  `features`: the registry's; `passed`: the objects given to the recipe's `make_train`,
+  which an `open` recipe accepts. Raises `ConfigError` naming the field of the first
+  enabled feature the recipe does not take (with the recipes' alternatives in the
+  message), of a second enabled estimator, or the first field an accepted feature's
+  `validate` rejects.
   """
   names = [f.name for f in features]
   unknown = sorted(set(recipe.accepts) - set(names))
   if unknown:
     raise ValueError(f"{recipe.name} accepts unknown hooks {unknown}; known: {names}")
   estimators = []
-  for f in features:
+  for f in tuple(features) + tuple(passed):
     if not f.enabled(config):
       continue
     accepted = ", ".join(recipe.accepts) or "none"
-    require(f.name in recipe.accepts, f.field,
+    if recipe.open:
+      accepted += ", and features passed as objects"
+    require(f.name in recipe.accepts or (recipe.open and any(f is g for g in passed)),
+            f.field,
             f"the {recipe.name} recipe does not take the {f.name} hook (it takes: "
             f"{accepted}); turn it off or choose a recipe that takes it")
     if f.estimator:

@@ -329,9 +329,6 @@ class PrmFeature(hooks.Feature):
   field = "prm.enabled"
   traced = ("weight", "outcome_weight")
 
-  def enabled(self, config) -> bool:
-    return config.get("prm") is not None and bool(config.prm.get("enabled", False))
-
   def validate(self, config, recipe: hooks.Recipe) -> None:
     validate_config(config.prm, require)
     if recipe.rollout == hooks.CONTINUING:
@@ -344,7 +341,7 @@ class PrmFeature(hooks.Feature):
     continuing = context.recipe.rollout == hooks.CONTINUING
     make = make_step_shaper if continuing else make_shaper
     shaper = make(context.config, context.env, context.env_params,
-                  getattr(context.agent, "network", None))
+                  context.network)
     return _PrmBound(shaper, continuing)
 
 

@@ -17,9 +17,10 @@ the environment marks its pivotal steps (`info["pivotal"]`), `pivotal_share` (th
 |r'| on them) and `moved_pivotal_share` (the share of |r' - r|: of the reward that was
 moved, how much went to them).
 
-Rollouts: whole episodes (REINFORCE's and GRPO's `EPISODES` / `GROUPS`), or a
+Rollouts: whole episodes (REINFORCE's, PPO's with rollout = "episodes"), or a
 continuing window (PPO) that holds whole episodes of one fixed length (KeyChain's
-horizon, a corridor's length) dividing `num_steps`; `validate` checks.
+horizon, a corridor's length) dividing `num_steps`; `validate` checks. GRPO refuses it:
+its credit is each episode's score, which the redistribution keeps.
 """
 from __future__ import annotations
 
@@ -199,8 +200,8 @@ def episode_length(config, recipe: hooks.Recipe) -> Tuple[int, int]:
   """(T the predictor's episodes last, horizon for `columns_of`: 0 for whole-episode
   rollouts) from the config; ValueError when a continuing window does not hold whole
   episodes of one length."""
-  if recipe.rollout != hooks.CONTINUING:
-    return int(config.horizon), 0
+  if recipe.rollout != hooks.CONTINUING:   # whole episodes: PPO's rollout is num_steps
+    return int(config.get("horizon", None) or config.num_steps), 0
   env, env_params = envs.make(config.env_name, **dict(config.get("env_kwargs", {}) or {}))
   horizon = int(getattr(env, "horizon", 0) or 0)
   if not horizon or int(env_params.max_steps_in_episode) < horizon:
@@ -216,11 +217,12 @@ class RudderFeature(hooks.Feature):
   field = "rudder.enabled"
   traced = ("lr", "aux_weight")
 
-  def enabled(self, config) -> bool:
-    return config.get("rudder") is not None and bool(config.rudder.get("enabled", False))
-
   def validate(self, config, recipe: hooks.Recipe) -> None:
     r = config.rudder
+    require(recipe.rollout != hooks.GROUPS, "rudder.enabled",
+            f"the {recipe.name} recipe credits each step with its episode's group-"
+            f"normalised score, which a redistribution that keeps every return leaves "
+            f"unchanged; use REINFORCE or PPO")
     for f in ("hidden_size", "train_steps", "replay_episodes"):
       require(int(r[f]) >= 1, f"rudder.{f}", f"must be >= 1, got {r[f]}")
     require(int(r.capacity) >= 2, "rudder.capacity", f"must be >= 2, got {r.capacity}")
@@ -264,5 +266,3 @@ class _RudderBound(hooks.Bound):
     return signal._replace(rewards=jnp.reshape(shaped, signal.rewards.shape)), carry, \
         metrics
 
-
-HOOK = RudderFeature()

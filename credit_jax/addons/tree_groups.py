@@ -45,9 +45,6 @@ class TreeFeature(hooks.Feature):
   estimator = True
   traced = ("episode_weight",)
 
-  def enabled(self, config) -> bool:
-    return config.get("tree") is not None and bool(config.tree.get("enabled", False))
-
   def validate(self, config, recipe: hooks.Recipe) -> None:
     t = config.tree
     require(recipe.rollout == hooks.GROUPS, "tree.enabled",

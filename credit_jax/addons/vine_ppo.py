@@ -42,9 +42,6 @@ class VineFeature(hooks.Feature):
   field = "vine.enabled"
   estimator = True
 
-  def enabled(self, config) -> bool:
-    return config.get("vine") is not None and bool(config.vine.get("enabled", False))
-
   def validate(self, config, recipe: hooks.Recipe) -> None:
     require(int(config.vine.num_vines) >= 1, "vine.num_vines",
             f"must be >= 1, got {config.vine.num_vines}")
@@ -75,7 +72,7 @@ class _VineBound(hooks.Bound):
     self.env = context.env.inner if isinstance(context.env, step_states.StepStateWrapper) \
         else context.env
     self.rollout_params = context.env_params
-    self.policy = context.agent.policy()
+    self.policy = context.policy
     self.num_vines = int(context.config.vine.num_vines)
     self.every = int(context.config.vine.every)
     self.advantages = self._advantages

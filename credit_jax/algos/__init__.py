@@ -20,7 +20,10 @@ exports three functions:
     the first field that cannot run, before anything compiles; it is
     `train_lib.validate(config, "<name>", validate_fields)`: the shared fields, the recipe's
     own (`validate_fields`), then that the environment can be made.
-  * `make_train(config) -> train_lib.Train`: validates, then builds the pure training run.
+  * `make_train(config, features=()) -> train_lib.Train`: validates, then builds the pure
+    training run; `features` are feature objects (`credit_jax/addons/hooks.py`) beside
+    the registry's, which a recipe whose program calls the hook slots runs (REINFORCE,
+    PPO, GRPO) and any other refuses once turned on.
 
 Hparams and static fields: numeric settings a sweep may vary (lr, max_grad_norm, gamma,
 clip and loss coefficients...) are leaves of `hparams`, a dict of float32 scalars given
@@ -64,6 +67,8 @@ a "small" variant; tests/test_contract.py then checks it (it needs a tiny varian
 """
 from __future__ import annotations
 
+import inspect
+
 from credit_jax.algos import (train as train_lib, dqn, grpo, grpo_hindsight, hierarchy,
                               ppo, reinforce, search_then_train, token_agent)
 from credit_jax.algos.train import ConfigError, Train, TrainState
@@ -82,15 +87,37 @@ def _recipe(config):
   return RECIPES[config.algo]
 
 
-def validate_config(config) -> None:
+def _takes_features(fn) -> bool:
+  return "features" in inspect.signature(fn).parameters
+
+
+def _refuse(config, features) -> None:
+  """For a recipe whose functions take no `features`: refuses an enabled one."""
+  for f in features:
+    train_lib.require(not f.enabled(config), f.field,
+                      f"the {config.algo} recipe takes no features passed as objects")
+
+
+def validate_config(config, features=()) -> None:
   """Raises `ConfigError` naming the field when `config` cannot be trained.
 
-  The recipe named by `config.algo` validates it (shared fields, its own fields, then
-  that the environment can be made); nothing is compiled.
+  The recipe named by `config.algo` validates it (shared fields, its own fields, the
+  features: the registry's and the objects in `features`, then that the environment can
+  be made); nothing is compiled.
   """
-  _recipe(config).validate_config(config)
+  module = _recipe(config)
+  if _takes_features(module.validate_config):
+    module.validate_config(config, features=tuple(features))
+  else:
+    _refuse(config, features)
+    module.validate_config(config)
 
 
-def make_train(config) -> Train:
-  """Validates `config` and returns its recipe's `Train`."""
-  return _recipe(config).make_train(config)
+def make_train(config, features=()) -> Train:
+  """Validates `config` and returns its recipe's `Train`; `features`: feature objects
+  (`credit_jax.addons.hooks.Feature`) the recipe takes beside the registry's."""
+  module = _recipe(config)
+  if _takes_features(module.make_train):
+    return module.make_train(config, features=tuple(features))
+  _refuse(config, features)
+  return module.make_train(config)

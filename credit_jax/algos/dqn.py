@@ -106,9 +106,9 @@ def validate_fields(config) -> None:
   validate_relabel_fields(config)
 
 
-def validate_config(config) -> None:
+def validate_config(config, features=()) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "dqn", validate_fields)
+  train_lib.validate(config, "dqn", validate_fields, passed=tuple(features))
 
 
 def validate_relabel_fields(config) -> None:
@@ -154,9 +154,9 @@ def episode_success(traj) -> jax.Array:
   return jnp.any(jnp.logical_and(traj.valid, traj.rewards > 0), axis=0).astype(jnp.float32)
 
 
-def make_train(config) -> train_lib.Train:
+def make_train(config, features=()) -> train_lib.Train:
   """`Train` for DQN(+HER) on goal environment `config.env_name`."""
-  validate_config(config)
+  validate_config(config, features)   # it takes no features: any turned on is refused
   env, env_params = train_lib.make_env(config)
   env = envs.DesiredGoalWrapper(env)
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)

@@ -10,10 +10,11 @@ import jax
 import jax.numpy as jnp
 
 from credit_jax import baselines
-from credit_jax.addons import curriculum, hooks as hooks_lib
+from credit_jax.addons import contributions, curriculum, hooks as hooks_lib
 from credit_jax.algos import optim
 
-__all__ = ["episode_metrics", "finish", "optimise", "step_advantages"]
+__all__ = ["advantage_array", "episode_metrics", "finish", "optimise", "policy_data",
+           "step_advantages"]
 
 
 def optimise(loss_fn, state, aux, data, hp, k_perm, *, anneal_lr: bool, num_updates: int,
@@ -31,6 +32,25 @@ def optimise(loss_fn, state, aux, data, hp, k_perm, *, anneal_lr: bool, num_upda
       data, k_perm, num_epochs=num_epochs, num_minibatches=num_minibatches, axis=1, lr=lr,
       max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
   return params, opt_state, metrics, lr
+
+
+def policy_data(traj, credit, old_logits_fn, **extra):
+  """The minibatch data of a group rollout `traj [T, N, K]`: its `obs`, `actions`,
+  `log_probs`, `valid`, the `credit` as `advantages` (an array `[T, N, K]`, or COCOA's
+  `CocoaCredit`, whose loss also reads `old_logits`: `old_logits_fn() -> [T, N, K, A]`,
+  held constant), and `extra` entries."""
+  data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
+          "advantages": credit, "valid": traj.valid, **extra}
+  if isinstance(credit, contributions.CocoaCredit):
+    data["advantages"] = credit._replace(coefficients=None)   # the loss reads the rest
+    data["old_logits"] = jax.lax.stop_gradient(old_logits_fn())
+  return data
+
+
+def advantage_array(credit, fallback):
+  """`credit` where it is an advantage array, else (COCOA's per-action credit) the
+  recipe's own advantages `fallback`: what `Outcome.advantages` reports."""
+  return fallback if isinstance(credit, contributions.CocoaCredit) else credit
 
 
 def episode_metrics(valid, returns, lr):

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from credit_jax import episodes, nets, rollout
-from credit_jax.addons import features, hooks as hooks_lib
+from credit_jax.addons import features as features_lib, hooks as hooks_lib
 from credit_jax.algos import group_update, grpo_sequence, losses, train as train_lib
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "kl_coef", "max_grad_norm")
@@ -57,8 +57,8 @@ ADVANTAGES = ("grpo", "rloo", "drgrpo")
 AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
 # Hooks (credit_jax/addons/hooks.py, registry features.py) this recipe takes: a horizon
 # curriculum, PRM shaping, and step-level credit from restored states.
-HOOKS = ("curriculum", "prm", "vine", "gigpo", "tree")
-RECIPE = hooks_lib.Recipe("grpo", HOOKS, rollout=hooks_lib.GROUPS)
+HOOKS = ("curriculum", "prm", "vine", "gigpo", "tree", "rudder", "hca", "cocoa")
+RECIPE = hooks_lib.Recipe("grpo", HOOKS, rollout=hooks_lib.GROUPS, open=True)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -105,9 +105,10 @@ def validate_fields(config) -> None:
   grpo_sequence.validate_network(config, config.get("algo", "grpo") == "grpo")
 
 
-def validate_config(config) -> None:
-  """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "grpo", validate_fields, RECIPE)
+def validate_config(config, features=()) -> None:
+  """Raises `ConfigError` naming the first field of `config` that cannot run
+  (`features`: the feature objects given to `make_train`)."""
+  train_lib.validate(config, "grpo", validate_fields, RECIPE, tuple(features))
 
 
 def aggregate(x, valid, kind: str):
@@ -135,11 +136,11 @@ def surrogate_loss(logits, ref_logits, mb, hp, agg: str):
   """GRPO's loss on a minibatch from the policy's logits `[T, n, K, A]` at its steps (and
   the frozen reference policy's, or None without the KL term); `(loss [], aux)`.
 
-  `mb` holds `actions`, `log_probs` (at collection), `advantages` and `valid`, `[T, n, K]`.
+  `mb` holds `actions`, `log_probs` (at collection), `advantages` and `valid`, `[T, n, K]`
+  (`advantages` may be COCOA's `CocoaCredit`, with `old_logits [T, n, K, A]` beside it).
   """
   log_probs = nets.categorical_log_prob(logits, mb["actions"])   # [T, n, K]
-  pg, clipped, approx_kl = losses.clipped_surrogate(
-      log_probs, mb["log_probs"], mb["advantages"], hp["clip_eps"])
+  pg, clipped, approx_kl = losses.clipped_policy_terms(logits, mb, hp["clip_eps"])
   entropy = nets.categorical_entropy(logits)
   valid = mb["valid"]
   loss = aggregate(pg, valid, agg) - hp["ent_coef"] * aggregate(entropy, valid, agg)
@@ -154,18 +155,21 @@ def surrogate_loss(logits, ref_logits, mb, hp, agg: str):
                 "approx_kl": episodes.masked_mean(approx_kl, valid)}
 
 
-def make_train(config) -> train_lib.Train:
-  """`Train` for GRPO on `config.env_name`; see `train_lib.Train` for how to call it."""
-  validate_config(config)
+def make_train(config, features=()) -> train_lib.Train:
+  """`Train` for GRPO on `config.env_name`; see `train_lib.Train` for how to call it.
+  `features`: feature objects (`hooks.Feature`) beside the registry's."""
+  passed = tuple(features)
+  validate_config(config, passed)
   if not train_lib.flat_network(config):   # gru | transformer: with memory
-    return grpo_sequence.make_train(config, HPARAMS, surrogate_loss, settings(config))
-  env, env_params = features.wrap_env(config, *train_lib.make_env(config))
+    return grpo_sequence.make_train(config, HPARAMS, surrogate_loss, settings(config),
+                                    passed)
+  env, env_params = features_lib.wrap_env(config, *train_lib.make_env(config), passed)
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)
   policy_fn = nets.make_policy_fn(network)
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
    kind, agg) = settings(config)
-  hooks = features.bind(config, RECIPE, env, env_params, policy_fn, num_tasks * group,
-                        network)
+  hooks = features_lib.bind(config, RECIPE, env, env_params, policy_fn, num_tasks * group,
+                        network, passed=passed)
 
   def init_fn(key, hp):
     # The reference policy is the initial one, frozen; it rides in the state so a
@@ -189,23 +193,25 @@ def make_train(config) -> train_lib.Train:
         env, roll_params, policy_fn, state.params, k_roll, num_tasks, group, horizon))
     step_adv, degenerate, returns, signal, aux, hook_metrics = group_update.step_advantages(
         hooks, aux, traj, kind, hp, k_perm, state.update, state.params)
-    step_adv, aux, est_metrics = hooks.advantages(aux, hooks_lib.EstimatorInput(
+    credit, aux, est_metrics = hooks.advantages(aux, hooks_lib.EstimatorInput(
         traj, signal, None, step_adv, state.params, hp, k_perm))
-    data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
-            "advantages": step_adv, "valid": traj.valid}
+    data = group_update.policy_data(traj, credit, lambda: network.apply(
+        state.params, traj.obs)[0])
     params, opt_state, metrics, lr = group_update.optimise(
         loss_fn, state, aux, data, hp, k_perm, anneal_lr=bool(config.anneal_lr),
         num_updates=n_updates, num_epochs=n_epochs, num_minibatches=n_mb,
         optimizer=optimizer)
     aux, metrics = group_update.finish(
         hooks, aux, notes, metrics, hooks_lib.merge_metrics(hook_metrics, est_metrics),
-        traj, returns, step_adv, degenerate, lr, with_success, roll_metrics.get("env_steps"))
+        traj, returns, group_update.advantage_array(credit, step_adv), degenerate, lr,
+        with_success, roll_metrics.get("env_steps"))
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                                 update=state.update + 1, aux=aux), metrics
 
   return train_lib.attach_evaluation(train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
-      default_hparams={**{k: config[k] for k in HPARAMS}, **features.hparams(config)},
+      default_hparams={**{k: config[k] for k in HPARAMS},
+                       **features_lib.hparams(config, passed)},
       num_updates=n_updates,
       env_steps_per_update=(num_tasks * group
                             * train_lib.episode_steps(config, env, env_params)),

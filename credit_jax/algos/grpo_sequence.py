@@ -87,22 +87,37 @@ def replay_logits(network, params, traj_obs, prev_actions, prev_rewards, starts)
   return over_tasks(traj_obs, prev_actions, prev_rewards, starts)
 
 
-# What the hooks see of this program: GRPO's groups, taking a curriculum and PRM shaping
-# (grpo.validate_config refuses the step-credit hooks with a sequence network).
-RECIPE = hooks_lib.Recipe("grpo", ("curriculum", "prm"), rollout=hooks_lib.GROUPS)
+# What the hooks see of this program: GRPO's groups (grpo.RECIPE's; the registry's
+# step-credit hooks, which restart states under a memoryless policy, are refused with a
+# sequence network by features.check).
+RECIPE = hooks_lib.Recipe("grpo", ("curriculum", "prm", "rudder", "hca", "cocoa"),
+                          rollout=hooks_lib.GROUPS, open=True)
+
+
+def _start(num_tasks: int, group: int) -> PolicyState:
+  return PolicyState(carry=None, prev_action=jnp.full((num_tasks, group), -1, jnp.int32),
+                     prev_reward=jnp.zeros((num_tasks, group), jnp.float32))
 
 
 def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
-               static: tuple) -> train_lib.Train:
+               static: tuple, passed=()) -> train_lib.Train:
   """`Train` for GRPO with a sequence network; `grpo.make_train` calls it (validated)
-  with its loss (`grpo.surrogate_loss`) and static settings (`grpo.settings(config)`).
-  The hooks (a curriculum, PRM shaping) fill the slots they fill in `grpo.py`."""
-  env, env_params = features.wrap_env(config, *train_lib.make_env(config))
+  with its loss (`grpo.surrogate_loss`), static settings (`grpo.settings(config)`) and
+  the feature objects it was given. The hooks fill the slots they fill in `grpo.py`; an
+  estimator sees the policy's logits through each episode's replay."""
+  env, env_params = features.wrap_env(config, *train_lib.make_env(config), passed)
   network, obs_shape = ppo_sequence.make_network(config, env, env_params)
   policy = sn.make_sequence_policy(network, value=False)
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
    kind, agg) = static
-  hooks = features.bind(config, RECIPE, env, env_params, policy, num_tasks * group)
+
+  def logits_of(params, traj):
+    """[T, N, K, A] of the group rollout `traj`, each episode replayed."""
+    inputs = rollout.sequence_inputs(traj, _start(*traj.actions.shape[1:]))
+    return replay_logits(network, params, traj.obs, *inputs)
+
+  hooks = features.bind(config, RECIPE, env, env_params, policy, num_tasks * group,
+                        logits=logits_of, passed=passed)
 
   def init_fn(key, hp):
     k_params, k_run, k_prm = jax.random.split(key, 3)
@@ -125,26 +140,31 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
     roll_params, notes = hooks.env_params(state.aux, env_params, state.update, k_perm)
     traj = rollout.collect_groups(env, roll_params, policy, state.params, k_roll,
                                   num_tasks, group, horizon)            # [T, N, K]
-    start = PolicyState(carry=None, prev_action=jnp.full((num_tasks, group), -1, jnp.int32),
-                        prev_reward=jnp.zeros((num_tasks, group), jnp.float32))
-    prev_a, prev_r, starts = rollout.sequence_inputs(traj, start)
-    step_adv, degenerate, returns, _, aux, hook_metrics = group_update.step_advantages(
-        hooks, state.aux, traj, kind, hp, k_perm, state.update, state.params)
-    data = {"obs": traj.obs, "prev_actions": prev_a, "prev_rewards": prev_r,
-            "starts": starts, "actions": traj.actions, "log_probs": traj.log_probs,
-            "advantages": step_adv, "valid": traj.valid}
+    prev_a, prev_r, starts = rollout.sequence_inputs(traj, _start(num_tasks, group))
+    step_adv, degenerate, returns, signal, aux, hook_metrics = \
+        group_update.step_advantages(hooks, state.aux, traj, kind, hp, k_perm,
+                                     state.update, state.params)
+    credit, aux, est_metrics = hooks.advantages(aux, hooks_lib.EstimatorInput(
+        traj, signal, None, step_adv, state.params, hp, k_perm))
+    data = group_update.policy_data(
+        traj, credit, lambda: replay_logits(network, state.params, traj.obs, prev_a,
+                                            prev_r, starts),
+        prev_actions=prev_a, prev_rewards=prev_r, starts=starts)
     params, opt_state, metrics, lr = group_update.optimise(   # every episode stays whole
         loss_fn, state, aux, data, hp, k_perm, anneal_lr=bool(config.anneal_lr),
         num_updates=n_updates, num_epochs=n_epochs, num_minibatches=n_mb,
         optimizer=optimizer)
-    aux, metrics = group_update.finish(hooks, aux, notes, metrics, hook_metrics, traj,
-                                       returns, step_adv, degenerate, lr, with_success)
+    aux, metrics = group_update.finish(
+        hooks, aux, notes, metrics, hooks_lib.merge_metrics(hook_metrics, est_metrics),
+        traj, returns, group_update.advantage_array(credit, step_adv), degenerate, lr,
+        with_success)
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                                 update=state.update + 1, aux=aux), metrics
 
   return train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
-      default_hparams={**{k: config[k] for k in hparam_names}, **features.hparams(config)},
+      default_hparams={**{k: config[k] for k in hparam_names},
+                       **features.hparams(config, passed)},
       num_updates=n_updates,
       env_steps_per_update=(num_tasks * group
                             * train_lib.episode_steps(config, env, env_params)),

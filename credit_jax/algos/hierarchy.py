@@ -108,9 +108,9 @@ def validate_fields(config) -> None:
   req(str(config.network.get("kind", "mlp")) == "mlp", "network.kind", "MLPs only")
 
 
-def validate_config(config) -> None:
+def validate_config(config, features=()) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "hierarchy", validate_fields)
+  train_lib.validate(config, "hierarchy", validate_fields, passed=tuple(features))
 
 
 def subgoal_cells(size: int, stride: int) -> np.ndarray:
@@ -354,9 +354,9 @@ def build_data(pair, params, traj, hp, k: int, relabel: bool):
   return data, metrics
 
 
-def make_train(config) -> train_lib.Train:
+def make_train(config, features=()) -> train_lib.Train:
   """`Train` for the manager/worker pair on `config.env_name`."""
-  validate_config(config)
+  validate_config(config, features)   # it takes no features: any turned on is refused
   inner_env, env_params = train_lib.make_env(config)
   size = int(inner_env.size)
   env = SubgoalWrapper(inner_env, subgoal_cells(size, int(config.subgoal_stride)),

@@ -12,7 +12,8 @@ from typing import Tuple
 import jax
 import jax.numpy as jnp
 
-from credit_jax import nets
+from credit_jax import episodes, nets
+from credit_jax.addons import contributions
 
 Array = jax.Array
 
@@ -74,6 +75,33 @@ def reinforce(log_probs: Array, advantages: Array) -> Array:
   return -log_probs * jax.lax.stop_gradient(advantages)
 
 
+def policy_terms(logits: Array, actions: Array, credit) -> Array:
+  """REINFORCE's per-step policy loss `[...]` from a step's `credit`: an advantage array
+  `[...]` (`reinforce`), or COCOA's per-action `contributions.CocoaCredit`
+  (`contributions.all_action_terms`). `logits: [..., A]`, `actions: [...]` int."""
+  if isinstance(credit, contributions.CocoaCredit):
+    return contributions.all_action_terms(logits, actions, credit.immediate,
+                                          credit.contributions)
+  return reinforce(nets.categorical_log_prob(logits, actions), credit)
+
+
+def clipped_policy_terms(logits: Array, mb, clip_eps: Array):
+  """PPO's (and GRPO's) clipped per-step policy loss `[...]` on a minibatch `mb` holding
+  `actions`, `log_probs` (at collection) and `advantages`: an array `[...]`
+  (`clipped_surrogate`) or a `contributions.CocoaCredit`, then also `old_logits [..., A]`
+  (`contributions.clipped_all_action_terms`). Returns `(loss, clipped, approx_kl)`, each
+  `[...]` (the last two of the action taken)."""
+  log_probs = nets.categorical_log_prob(logits, mb["actions"])
+  credit = mb["advantages"]
+  if not isinstance(credit, contributions.CocoaCredit):
+    return clipped_surrogate(log_probs, mb["log_probs"], credit, clip_eps)
+  _, clipped, approx_kl = clipped_surrogate(log_probs, mb["log_probs"],
+                                            credit.immediate, clip_eps)
+  return contributions.clipped_all_action_terms(
+      logits, mb["old_logits"], mb["actions"], credit.immediate, credit.contributions,
+      clip_eps), clipped, approx_kl
+
+
 def kl_to_reference(log_probs: Array, ref_log_probs: Array) -> Array:
   """Per-step KL(pi || pi_ref) estimate `[...]` from log-probs of the sampled actions.
 
@@ -126,7 +154,9 @@ def ppo_objective(logits: Array, values: Array, mb, hp, clip_value: bool):
       the MLP's flat minibatches, `[E, T]` for a sequence network's windows).
     values: [...] value predictions at the same steps.
     mb: dict with `actions`, `log_probs` (at collection), `values` (at collection),
-      `advantages` and `targets`, each shaped like `values`.
+      `advantages` and `targets`, each shaped like `values`; optionally `valid` (the
+      steps that count, PPO's whole-episode rollout: every mean is over them) and, with
+      COCOA's `CocoaCredit` as `advantages`, `old_logits` (`clipped_policy_terms`).
     hp: the traced hparams (`clip_eps`, `vf_coef`, `ent_coef`).
     clip_value: clip the value update around `mb["values"]` (PPO's value clip).
 
@@ -136,14 +166,24 @@ def ppo_objective(logits: Array, values: Array, mb, hp, clip_value: bool):
   if logits.shape[:-1] != values.shape:
     raise ValueError(f"logits [..., A] and values [...] disagree: {logits.shape}, "
                      f"{values.shape}")
-  log_probs = nets.categorical_log_prob(logits, mb["actions"])
+  valid = mb.get("valid")
+  if valid is None:
+    mean = lambda x: x.mean()
+  else:   # whole episodes padded after their end: only their steps count
+    mean = lambda x: episodes.masked_mean(x, valid)
   adv = mb["advantages"]
-  adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-  pg, clipped, approx_kl = clipped_surrogate(log_probs, mb["log_probs"], adv, hp["clip_eps"])
+  if not isinstance(adv, contributions.CocoaCredit):   # COCOA's credit is not normalised
+    if valid is None:
+      adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    else:
+      centred = adv - mean(adv)
+      adv = centred / (jnp.sqrt(mean(jnp.square(centred))) + 1e-8)
+  pg, clipped, approx_kl = clipped_policy_terms(logits, {**mb, "advantages": adv},
+                                                hp["clip_eps"])
   v_loss = value_loss(values, mb["targets"], mb["values"],
                       hp["clip_eps"] if clip_value else None)
-  entropy = nets.categorical_entropy(logits).mean()
-  loss = pg.mean() + hp["vf_coef"] * v_loss.mean() - hp["ent_coef"] * entropy
-  return loss, {"policy_loss": pg.mean(), "value_loss": v_loss.mean(),
-                "entropy": entropy, "approx_kl": approx_kl.mean(),
-                "clip_frac": clipped.mean()}
+  entropy = mean(nets.categorical_entropy(logits))
+  loss = mean(pg) + hp["vf_coef"] * mean(v_loss) - hp["ent_coef"] * entropy
+  return loss, {"policy_loss": mean(pg), "value_loss": mean(v_loss),
+                "entropy": entropy, "approx_kl": mean(approx_kl),
+                "clip_frac": mean(clipped)}

@@ -40,15 +40,34 @@ import jax.numpy as jnp
 import ml_collections
 
 from credit_jax import episodes, nets, returns, rollout
-from credit_jax.addons import features, hooks as hooks_lib
+from credit_jax.addons import contributions, features as features_lib, hooks as hooks_lib
 from credit_jax.algos import losses, ppo_critics, ppo_sequence, train as train_lib
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
 NETWORK_KINDS = train_lib.FLAT_KINDS + ("gru", "transformer")
-# Hooks (credit_jax/addons/hooks.py, registry features.py) this recipe takes, with its
-# MLP program: a horizon curriculum, PRM shaping, VinePPO's Monte-Carlo advantages.
-HOOKS = ("curriculum", "prm", "vine")
-RECIPE = hooks_lib.Recipe("ppo", HOOKS, rollout=hooks_lib.CONTINUING, critic=True)
+ROLLOUTS = ("continuing", "episodes")
+# Hooks (credit_jax/addons/hooks.py, registry features.py) this recipe takes with its
+# memoryless program, by rollout: continuing windows take a horizon curriculum, PRM
+# shaping, VinePPO's Monte-Carlo advantages and RUDDER (windows of whole fixed-length
+# episodes); whole episodes (`rollout = "episodes"`) take RUDDER, HCA and COCOA, whose
+# credit reads the outcomes after a step. HCA and COCOA are listed for continuing
+# windows too, so that their own check says why they need episodes.
+HOOKS = ("curriculum", "prm", "vine", "rudder", "hca", "cocoa")
+EPISODE_HOOKS = ("rudder", "hca", "cocoa")
+RECIPE = hooks_lib.Recipe("ppo", HOOKS, rollout=hooks_lib.CONTINUING, critic=True,
+                          open=True)
+EPISODE_RECIPE = hooks_lib.Recipe("ppo", EPISODE_HOOKS, rollout=hooks_lib.EPISODES,
+                                  critic=True, open=True)
+
+
+def recipe(config) -> hooks_lib.Recipe:
+  """What the features see of PPO with `config.rollout` (default "continuing")."""
+  return EPISODE_RECIPE if episodic(config) else RECIPE
+
+
+def episodic(config) -> bool:
+  """Whether `config.rollout` is "episodes" (absent: continuing)."""
+  return str(config.get("rollout", "continuing")) == "episodes"
 
 
 def network_kind(config) -> str:
@@ -76,6 +95,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.gae_method = "auto"           # returns.gae method: "scan", "associative" or "auto"
   c.clip_eps = 0.2                # PPO ratio clip, also the value clip (a traced hparam)
   c.clip_value_loss = True        # clip the value update around the rollout's values
+  c.rollout = "continuing"        # continuing windows | episodes: whole episodes of up to
+                                  # num_steps steps from fresh resets (HCA, COCOA, RUDDER)
   c.ent_coef = 0.01               # entropy bonus weight (a traced hparam)
   c.vf_coef = 0.5                 # value loss weight (a traced hparam)
 
@@ -114,18 +135,38 @@ def validate_fields(config) -> None:
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
   kind = network_kind(config)
   req(kind in NETWORK_KINDS, "network.kind", f"must be one of {NETWORK_KINDS}, got {kind!r}")
+  rollout_kind = str(config.get("rollout", "continuing"))
+  req(rollout_kind in ROLLOUTS, "rollout", f"must be one of {ROLLOUTS}, got "
+      f"{rollout_kind!r}")
   if kind not in train_lib.FLAT_KINDS:
     ppo_sequence.validate_config(config)
   ppo_critics.validate_fields(config)
-  on = features.enabled(config)
+  if episodic(config):
+    req(kind in train_lib.FLAT_KINDS and not ppo_critics.separate_critic(config),
+        "rollout", f"whole episodes run a memoryless policy with its own value head "
+        f"{train_lib.FLAT_KINDS}, got network.kind {kind!r}")
+
+
+def _validate_features(config, passed) -> None:
+  on = features_lib.enabled(config, passed)
+  req = train_lib.require
   req(not (on and ppo_critics.separate_critic(config)), "network.critic_kind",
       f"the hooks ({', '.join(on)}) run with PPO's own value head only: set "
       f"network.critic_kind='same' and network.critic_oracle=False")
+  req(not on or train_lib.flat_network(config), "network.kind",
+      f"the hooks ({', '.join(on)}) run in PPO's memoryless program; its sequence "
+      f"program calls no hook slot")
 
 
-def validate_config(config) -> None:
-  """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "ppo", validate_fields, RECIPE)
+def validate_config(config, features=()) -> None:
+  """Raises `ConfigError` naming the first field of `config` that cannot run
+  (`features`: the feature objects given to `make_train`)."""
+  passed = tuple(features)
+  train_lib.validate(config, "ppo", lambda c: (validate_fields(c),
+                                               _validate_features(c, passed)),
+                     recipe(config), passed)
+  if episodic(config):
+    train_lib.check_rollout_horizon(config, *train_lib.make_env(config), "num_steps")
 
 
 def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
@@ -196,22 +237,55 @@ def advantages_with_boundaries(value_fn, traj, next_obs, gamma, gae_lambda,
   return advantages, values
 
 
-def make_train(config) -> train_lib.Train:
-  """`Train` for PPO on `config.env_name`; see `train_lib.Train` for how to call it."""
-  validate_config(config)
+def make_train(config, features=()) -> train_lib.Train:
+  """`Train` for PPO on `config.env_name`; see `train_lib.Train` for how to call it.
+  `features`: feature objects (`hooks.Feature`) beside the registry's."""
+  passed = tuple(features)
+  validate_config(config, passed)
   if ppo_critics.separate_critic(config):
     return ppo_critics.with_gae_gradient(config, ppo_critics.make_train(
         config, HPARAMS, num_updates(config), advantages_with_boundaries))
   if not train_lib.flat_network(config):
     return ppo_sequence.make_train(config, HPARAMS, num_updates(config))
-  env, env_params = features.wrap_env(config, *train_lib.make_env(config))
+  env, env_params = features_lib.wrap_env(config, *train_lib.make_env(config), passed)
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=True)
   policy_fn = nets.make_policy_fn(network, value=False)  # values: one pass after the rollout
   num_envs, num_steps = int(config.num_envs), int(config.num_steps)
-  hooks = features.bind(config, RECIPE, env, env_params, policy_fn, num_envs, network)
+  hooks = features_lib.bind(config, recipe(config), env, env_params, policy_fn, num_envs,
+                            network, discount=lambda hp: hp["gamma"], passed=passed)
   n_updates, batch = num_updates(config), num_envs * num_steps
   optimizer = train_lib.make_optimizer(config)
   with_success = episodes.has_success(config)
+  default_hparams = {**{k: config[k] for k in HPARAMS},
+                     **features_lib.hparams(config, passed)}
+  headline = ("success", "return") if with_success else ("return", "entropy")
+
+  def loss_fn(params, mb, hp):
+    logits, values = network.apply(params, mb["obs"])
+    return losses.ppo_objective(logits, values, mb, hp, bool(config.clip_value_loss))
+
+  def learn(state, params, data, hp, k_perm):
+    """The minibatch epochs over `data` (leaves [T, B, ...] flattened to steps)."""
+    data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:]), data)
+    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    params, opt_state, metrics = train_lib.minibatch_epochs(
+        lambda p, mb: loss_fn(p, mb, hp), params, state.opt_state, data, k_perm,
+        num_epochs=int(config.update_epochs), num_minibatches=int(config.num_minibatches),
+        axis=0, lr=lr, max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
+    return params, opt_state, metrics, lr
+
+  if episodic(config):
+    return ppo_critics.with_gae_gradient(config, train_lib.attach_evaluation(
+        train_lib.Train(
+            config=config, init_fn=lambda key, hp: train_lib.init_train_state(
+                network, key, obs_shape, hp, optimizer,
+                lambda params, *k: hooks.init(*k), aux_keys=hooks.init_keys),
+            update_fn=_episodes_update(config, env, env_params, network, policy_fn, hooks,
+                                       learn, with_success),
+            default_hparams=default_hparams, num_updates=n_updates,
+            env_steps_per_update=num_envs * min(num_steps, train_lib.episode_limit(
+                env, env_params) or num_steps),
+            headline=headline), env, env_params, network))
   # A step's final_obs is valued only where the time limit cut its episode: at most this
   # many times per env and rollout (None: unknown, every row).
   max_truncations = rollout.max_truncations(env, env_params, num_steps)
@@ -222,10 +296,6 @@ def make_train(config) -> train_lib.Train:
                                    num_envs)
     return {**aux, **episodes.continuing_init(num_envs, with_success),
             "env_state": env_state, "obs": obs}
-
-  def loss_fn(params, mb, hp):
-    logits, values = network.apply(params, mb["obs"])
-    return losses.ppo_objective(logits, values, mb, hp, bool(config.clip_value_loss))
 
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)
@@ -242,12 +312,7 @@ def make_train(config) -> train_lib.Train:
         traj, signal, values, advantages, params, hp, k_perm))
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
             "values": values, "advantages": advantages, "targets": advantages + values}
-    data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:]), data)
-    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
-    params, opt_state, metrics = train_lib.minibatch_epochs(
-        lambda p, mb: loss_fn(p, mb, hp), params, state.opt_state, data, k_perm,
-        num_epochs=int(config.update_epochs), num_minibatches=int(config.num_minibatches),
-        axis=0, lr=lr, max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
+    params, opt_state, metrics, lr = learn(state, params, data, hp, k_perm)
     ep_metrics, ep_carry = episodes.continuing_update(
         traj.rewards, traj.dones, aux, with_success, episodes.success_signal(traj))
     metrics.update(lr=lr, value_mean=values.mean(), advantage_std=advantages.std(),
@@ -264,8 +329,61 @@ def make_train(config) -> train_lib.Train:
   return ppo_critics.with_gae_gradient(config, train_lib.attach_evaluation(train_lib.Train(
       config=config, init_fn=lambda key, hp: train_lib.init_train_state(
           network, key, obs_shape, hp, optimizer, init_aux, aux_keys=1),
-      update_fn=update_fn,
-      default_hparams={**{k: config[k] for k in HPARAMS}, **features.hparams(config)},
-      num_updates=n_updates, env_steps_per_update=batch,
-      headline=("success", "return") if with_success else ("return", "entropy")),
-      env, env_params, network))
+      update_fn=update_fn, default_hparams=default_hparams, num_updates=n_updates,
+      env_steps_per_update=batch, headline=headline), env, env_params, network))
+
+
+def _episodes_update(config, env, env_params, network, policy_fn, hooks, learn,
+                     with_success: bool):
+  """PPO's update on whole episodes (`config.rollout = "episodes"`): `num_envs` episodes
+  of up to `num_steps` steps from fresh resets, the hooks' shaping, GAE over each
+  episode's steps (a truncated step, or the last one of a cut episode, bootstraps from
+  the value of its final observation), the estimator slot (HCA's advantages or COCOA's
+  per-action credit replace GAE's; the value head still regresses GAE's targets), then
+  the minibatch epochs over the valid steps (`losses.ppo_objective` with `valid`).
+  Metrics: PPO's, with `return`, `episode_length` and `success` of these episodes."""
+  num_envs, num_steps = int(config.num_envs), int(config.num_steps)
+
+  def update_fn(state, hp):
+    key, k_roll, k_perm = jax.random.split(state.key, 3)
+    params, aux = state.params, state.aux
+    roll_params, notes = hooks.env_params(aux, env_params, state.update, k_perm)
+    traj = rollout.collect_episodes(env, roll_params, policy_fn, params, k_roll, num_envs,
+                                    num_steps)
+    signal, aux, hook_metrics = hooks.shape_rewards(
+        aux, hooks_lib.Signal(traj.rewards), traj, hp, k_perm, state.update, params)
+    valid = traj.valid
+    logits, values = network.apply(params, traj.obs)
+    final = network.apply(params, traj.final_obs)[1]
+    own = returns.gae(jnp.where(valid, signal.rewards, 0.0), hp["gamma"],
+                      jnp.concatenate([values, final[-1:]], axis=0), hp["gae_lambda"],
+                      terminated=traj.terminated & valid, truncated=traj.truncated & valid,
+                      final_values=final, method=str(config.gae_method))
+    credit, aux, est_metrics = hooks.advantages(aux, hooks_lib.EstimatorInput(
+        traj, signal, values, own, params, hp, k_perm))
+    data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
+            "values": values, "advantages": credit, "targets": own + values,
+            "valid": valid}
+    if isinstance(credit, contributions.CocoaCredit):
+      data["advantages"] = credit._replace(coefficients=None)
+      data["old_logits"] = jax.lax.stop_gradient(logits)
+    params, opt_state, metrics, lr = learn(state, params, data, hp, k_perm)
+    ep_return = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)
+    metrics.update(lr=lr, value_mean=episodes.masked_mean(values, valid),
+                   advantage_std=jnp.sqrt(episodes.masked_mean(jnp.square(
+                       own - episodes.masked_mean(own, valid)), valid)),
+                   episode_length=jnp.sum(valid, axis=0).astype(jnp.float32).mean(),
+                   **{"return": ep_return.mean()},
+                   **hooks_lib.merge_metrics(hook_metrics, est_metrics))
+    if with_success:
+      hit = valid & (episodes.success_signal(traj) > 0)
+      metrics["success"] = jnp.mean(jnp.any(hit, axis=0).astype(jnp.float32))
+    if hooks.counts_steps:
+      metrics["env_steps"] = jnp.sum(valid).astype(jnp.float32) + metrics.get(
+          "env_steps", 0.0)
+    aux, metrics = hooks.observe(aux, notes, hooks_lib.Outcome(
+        metrics.get("success"), own, traj), metrics)
+    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
+                                update=state.update + 1, aux=aux), metrics
+
+  return update_fn

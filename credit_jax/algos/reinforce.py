@@ -41,6 +41,7 @@ import ml_collections
 
 from credit_jax import returns
 from credit_jax import nets, rollout
+from credit_jax.addons import features as features_lib, hooks as hooks_lib
 from credit_jax.algos import train as train_lib, grpo_sequence, losses, ppo_sequence
 from credit_jax import episodes
 from credit_jax.nets import sequence as sn
@@ -49,6 +50,11 @@ from credit_jax.types import PolicyState
 HPARAMS = ("lr", "gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm")
 CREDITS = ("terminal", "rtg", "gae")
 BASELINES = ("none", "mean", "value")
+# Features (credit_jax/addons/features.py) this recipe takes, MLP and sequence networks
+# alike: RUDDER's redistributed rewards (`shape_rewards`), HCA's and COCOA's credit (the
+# `advantages` slot); and any feature passed to `make_train` as an object.
+HOOKS = ("rudder", "hca", "cocoa")
+RECIPE = hooks_lib.Recipe("reinforce", HOOKS, rollout=hooks_lib.EPISODES, open=True)
 
 
 def needs_value(config) -> bool:
@@ -97,9 +103,10 @@ def validate_fields(config) -> None:
   grpo_sequence.validate_network(config)
 
 
-def validate_config(config) -> None:
-  """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "reinforce", validate_fields)
+def validate_config(config, features=()) -> None:
+  """Raises `ConfigError` naming the first field of `config` that cannot run
+  (`features`: the feature objects given to `make_train`)."""
+  train_lib.validate(config, "reinforce", validate_fields, RECIPE, tuple(features))
 
 
 def leave_one_out_mean(x, mask):
@@ -125,12 +132,13 @@ class Model(NamedTuple):
 
 
 def _mlp_model(config, env, env_params, with_value: bool) -> Tuple[Model, Any]:
+  """(the `Model`, its flax network) of a memoryless network (`train_lib.FLAT_KINDS`)."""
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=with_value)
   return Model(init=lambda k: train_lib.init_params(network, k, obs_shape),
                policy=nets.make_policy_fn(network),
                outputs=lambda params, traj: network.apply(params, traj.obs),
                final_values=lambda params, traj: network.apply(params, traj.final_obs)[1]
-               ), obs_shape
+               ), network
 
 
 def replay_sequence(network, params, traj, final: bool):
@@ -158,16 +166,25 @@ def _sequence_model(config, env, env_params, with_value: bool) -> Model:
       final_values=lambda params, traj: replay_sequence(network, params, traj, final=True)[2])
 
 
-def make_train(config) -> train_lib.Train:
-  """`Train` for REINFORCE on `config.env_name`; see `train_lib.Train` for how to call it."""
-  validate_config(config)
+def make_train(config, features=()) -> train_lib.Train:
+  """`Train` for REINFORCE on `config.env_name`; see `train_lib.Train` for how to call it.
+  `features`: feature objects (`hooks.Feature`) beside the registry's."""
+  features = tuple(features)
+  validate_config(config, features)
   with_value = needs_value(config)
-  env, env_params = train_lib.make_env(config)
+  env, env_params = features_lib.wrap_env(config, *train_lib.make_env(config), features)
   if not train_lib.flat_network(config):   # gru | transformer: with memory
-    model = _sequence_model(config, env, env_params, with_value)
+    model, network = _sequence_model(config, env, env_params, with_value), None
   else:
-    model, _ = _mlp_model(config, env, env_params, with_value)
+    model, network = _mlp_model(config, env, env_params, with_value)
   num_envs, horizon = int(config.num_envs), int(config.horizon)
+  hooks = features_lib.bind(
+      config, RECIPE, env, env_params, model.policy, num_envs, network,
+      logits=lambda params, traj: model.outputs(params, traj)[0],
+      discount=lambda hp: hp["gamma"], passed=features)
+  # With features on, each key splits once more (the hooks' key), as the learned-credit
+  # program that ran RUDDER, HCA and COCOA before did; without, as always.
+  hooked = bool(hooks.names)
   n_updates = int(config.num_updates)
   optimizer = train_lib.make_optimizer(config)
   with_success = episodes.has_success(config)
@@ -175,11 +192,12 @@ def make_train(config) -> train_lib.Train:
   normalize = bool(config.normalize_advantages)
 
   def init_fn(key, hp):
-    k_params, k_run = jax.random.split(key)
+    k_params, *k_hooks, k_run = jax.random.split(key, 2 + hooks.init_keys)
     params = model.init(k_params)
     return train_lib.TrainState(params=params,
                              opt_state=optimizer.init(params, hp["max_grad_norm"]),
-                             key=k_run, update=jnp.zeros((), jnp.int32), aux={})
+                             key=k_run, update=jnp.zeros((), jnp.int32),
+                             aux=hooks.init(*k_hooks))
 
   def credit_and_baseline(traj, params, hp):
     """([T, B] credit G_t, [T, B] baseline b_t); both constants for the policy loss."""
@@ -208,8 +226,7 @@ def make_train(config) -> train_lib.Train:
 
   def loss_fn(params, traj, g, adv, hp):
     logits, values = model.outputs(params, traj)
-    log_probs = nets.categorical_log_prob(logits, traj.actions)
-    pg = episodes.masked_mean(losses.reinforce(log_probs, adv), traj.valid)
+    pg = episodes.masked_mean(losses.policy_terms(logits, traj.actions, adv), traj.valid)
     entropy = episodes.masked_mean(nets.categorical_entropy(logits), traj.valid)
     loss = pg - hp["ent_coef"] * entropy
     v_loss = jnp.zeros(())
@@ -219,17 +236,30 @@ def make_train(config) -> train_lib.Train:
     return loss, {"policy_loss": pg, "value_loss": v_loss, "entropy": entropy}
 
   def update_fn(state, hp):
-    key, k_roll = jax.random.split(state.key)
-    traj = rollout.collect_episodes(env, env_params, model.policy, state.params, k_roll,
+    if hooked:
+      key, k_roll, k_hooks = jax.random.split(state.key, 3)
+    else:
+      (key, k_roll), k_hooks = jax.random.split(state.key), None
+    aux = state.aux
+    roll_params, notes = hooks.env_params(aux, env_params, state.update, k_hooks) \
+        if hooked else (env_params, ())
+    traj = rollout.collect_episodes(env, roll_params, model.policy, state.params, k_roll,
                                     num_envs, horizon)
-    g, b = credit_and_baseline(traj, state.params, hp)
+    signal, aux, hook_metrics = hooks.shape_rewards(
+        aux, hooks_lib.Signal(traj.rewards), traj, hp, k_hooks, state.update,
+        state.params) if hooked else (hooks_lib.Signal(traj.rewards), aux, {})
+    shaped = traj._replace(rewards=signal.rewards)
+    g, b = credit_and_baseline(shaped, state.params, hp)
     adv = g - b
     if normalize:
       mean = episodes.masked_mean(adv, traj.valid)
       std = jnp.sqrt(episodes.masked_mean(jnp.square(adv - mean), traj.valid))
       adv = (adv - mean) / (std + 1e-8)
+    credit, aux, est_metrics = hooks.advantages(aux, hooks_lib.EstimatorInput(
+        traj, signal, traj.extras["value"] if with_value else None, adv, state.params,
+        hp, k_hooks)) if hooked else (adv, aux, {})
     (loss, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, traj, g, adv, hp)
+        state.params, shaped, g, credit, hp)
     lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
     params, opt_state, gnorm = optimizer.apply(state.params, state.opt_state, grads, lr,
                                                hp["max_grad_norm"])
@@ -242,15 +272,22 @@ def make_train(config) -> train_lib.Train:
     if with_success:
       hit = jnp.logical_and(traj.valid, episodes.success_signal(traj) > 0)   # [T, B]
       metrics["success"] = jnp.mean(jnp.any(hit, axis=0).astype(jnp.float32))
+    if hooked:
+      metrics.update(hooks_lib.merge_metrics(hook_metrics, est_metrics))
+      if hooks.counts_steps:
+        metrics["env_steps"] = jnp.sum(traj.valid).astype(jnp.float32) + metrics.get(
+            "env_steps", 0.0)
+      aux, metrics = hooks.observe(aux, notes, hooks_lib.Outcome(
+          metrics.get("success"), adv, traj), metrics)
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
-                             update=state.update + 1, aux=state.aux), metrics
+                             update=state.update + 1, aux=aux), metrics
 
   train = train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
-      default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
+      default_hparams={**{k: config[k] for k in HPARAMS},
+                       **features_lib.hparams(config, features)}, num_updates=n_updates,
       env_steps_per_update=num_envs * train_lib.episode_steps(config, env, env_params),
       headline=("success", "return") if with_success else ("return",))
-  if train_lib.flat_network(config):   # evaluation from a checkpoint
-    network, _ = train_lib.make_network(config, env, env_params, value_head=with_value)
+  if network is not None:   # evaluation from a checkpoint
     train = train_lib.attach_evaluation(train, env, env_params, network)
   return train

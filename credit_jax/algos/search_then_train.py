@@ -94,9 +94,9 @@ def validate_fields(config) -> None:
       f"must be >= 0, got {config.search_exploration}")
 
 
-def validate_config(config) -> None:
+def validate_config(config, features=()) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "search_then_train", validate_fields)
+  train_lib.validate(config, "search_then_train", validate_fields, passed=tuple(features))
 
 
 def group_rollout(env, env_params, policy_fn, params, key, num_tasks: int, group_size: int,
@@ -115,9 +115,9 @@ def group_rollout(env, env_params, policy_fn, params, key, num_tasks: int, group
   return traj, obs0, states0
 
 
-def make_train(config) -> train_lib.Train:
+def make_train(config, features=()) -> train_lib.Train:
   """`Train` for search-then-train on `config.env_name`; see `train_lib.Train`."""
-  validate_config(config)
+  validate_config(config, features)   # it takes no features: any turned on is refused
   env, env_params = train_lib.make_env(config)
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)
   policy_fn = nets.make_policy_fn(network)

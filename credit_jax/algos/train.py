@@ -208,20 +208,23 @@ def episode_steps(config, env, env_params) -> int:
   return horizon if limit is None else min(horizon, limit)
 
 
-def _check_rollout_horizon(config, env, env_params) -> None:
+def check_rollout_horizon(config, env, env_params, field: str = "horizon") -> None:
+  """Raises `ConfigError` naming `field` (the rollout length of whole episodes) when it
+  is shorter than `env`'s fixed episode length."""
   # A rollout shorter than a fixed-length episode cuts it before its end: on a
   # terminal-reward task (KeyChain pays at the last step) every update would then see
   # return 0 and train on nothing, without a word. Environments with a time limit only
   # (CartPole) may be cut: their reward comes on the way.
+  del env_params
   inner = _unwrapped(env)
   limit = getattr(inner, "horizon", None)
-  horizon = int(config.horizon)
+  horizon = int(config[field])
   if not isinstance(limit, int) or horizon >= limit:
     return
   raise ConfigError(
-      f"config.horizon: {horizon} rollout steps would cut {config.env_name}'s "
+      f"config.{field}: {horizon} rollout steps would cut {config.env_name}'s "
       f"{limit}-step episodes before their end, where their reward is paid; set "
-      f"--config.horizon={limit}, or shorten the episodes: "
+      f"--config.{field}={limit}, or shorten the episodes: "
       f"--config.env_kwargs.horizon={horizon}")
 
 
@@ -249,7 +252,7 @@ def validate(config, algo: str, fields_fn: Callable[[Any], None],
   _validate_env(config)
   if algo in EPISODIC and not int(config.get("retry_attempts", 0) or 0):
     env, env_params = make_env(config)
-    _check_rollout_horizon(config, env, env_params)
+    check_rollout_horizon(config, env, env_params)
 
 
 @flax.struct.dataclass

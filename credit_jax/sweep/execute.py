@@ -302,13 +302,14 @@ def _sync(name: str) -> None:
 
 
 def run_sweep(sweep, workdir: str, shard: Tuple[int, int] = (0, 1),
-              log: Callable[[str], None] = print) -> Dict[str, Any]:
+              log: Callable[[str], None] = print, features=()) -> Dict[str, Any]:
   """Plans, runs (resuming) and tabulates `sweep` in `workdir`; returns a summary dict.
 
   Args:
     sweep: the sweep ConfigDict (configs/sweeps/*.py).
     shard: `(i, n)`: run only the calls with index % n == i (independent jobs sharing the
       workdir, e.g. a SLURM array); any job writes the tables of every finished cell.
+    features: feature objects every cell's recipe is given (`grid.plan`).
 
   Raises:
     ConfigError: a bad grid (named field) or a workdir holding a different sweep; raised
@@ -321,7 +322,7 @@ def run_sweep(sweep, workdir: str, shard: Tuple[int, int] = (0, 1),
   if not primary:
     log = lambda _: None  # pylint: disable=unnecessary-lambda-assignment
   workdir = os.path.abspath(workdir)
-  plan = grid_lib.plan(sweep)
+  plan = grid_lib.plan(sweep, features=features)
   os.makedirs(workdir, exist_ok=True)
   check_workdir_config(plan, workdir, primary)
   metric, metrics = _metrics(plan)

@@ -189,11 +189,11 @@ def _experiment_module(name: str):
     return None
 
 
-def _validate_cell(plan_kind: str, cell: Cell, module) -> None:
+def _validate_cell(plan_kind: str, cell: Cell, module, features=()) -> None:
   from credit_jax import algos
   try:
     if not plan_kind:
-      algos.validate_config(cell.config)
+      algos.validate_config(cell.config, features)
     elif module is not None:
       check = getattr(module, "validate_config", None) or getattr(module, "check_config",
                                                                   None)
@@ -227,8 +227,11 @@ def expand(sweep) -> Tuple[Any, List[Tuple[str, tuple]], List[Cell]]:
   return base, axes, cells
 
 
-def plan(sweep, memory_limit_bytes: Optional[int] = None) -> Plan:
-  """Expands, validates and groups the grid; raises ConfigError before any compile."""
+def plan(sweep, memory_limit_bytes: Optional[int] = None, features=()) -> Plan:
+  """Expands, validates and groups the grid; raises ConfigError before any compile.
+
+  `features`: feature objects every cell's recipe is given (`algos.make_train(config,
+  features)`); their traced hyperparameters (dotted config paths) are vmapped axes too."""
   base, axes, cells = expand(sweep)
   experiment = str(sweep.get("experiment", "") or "")
   if experiment:
@@ -240,12 +243,12 @@ def plan(sweep, memory_limit_bytes: Optional[int] = None) -> Plan:
 
   from credit_jax import algos
   for cell in cells:
-    _validate_cell("", cell, None)
+    _validate_cell("", cell, None, features)
   # Traced: fields every cell's recipe takes as a hyperparameter leaf.
   hparam_keys = None
   for algo in sorted({c.config.algo for c in cells}):
     first = next(c for c in cells if c.config.algo == algo)
-    keys = set(algos.make_train(first.config).default_hparams)
+    keys = set(algos.make_train(first.config, features).default_hparams)
     hparam_keys = keys if hparam_keys is None else hparam_keys & keys
   traced = tuple(f for f, _ in axes if f in hparam_keys)
   static = tuple(f for f, _ in axes if f not in hparam_keys)
@@ -261,7 +264,8 @@ def plan(sweep, memory_limit_bytes: Optional[int] = None) -> Plan:
       part = group[i:i + step]
       name = f"k{len(calls):03d}-" + part[0].name.split("-", 1)[0] + (
           f"..{part[-1].name.split('-', 1)[0]}" if len(part) > 1 else "")
-      calls.append(Call(len(calls), name, part, train=algos.make_train(part[0].config)))
+      calls.append(Call(len(calls), name, part,
+                        train=algos.make_train(part[0].config, features)))
   result = Plan(sweep, base, "", axes, traced, static, cells, calls)
   check_memory(result, memory_limit_bytes)
   return result

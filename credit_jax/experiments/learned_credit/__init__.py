@@ -1,8 +1,9 @@
 """Experiment: learned credit assignment (RUDDER, HCA, COCOA) against GRPO and PPO + GAE.
 
-`program.py` is the hooks-driven episodic policy-gradient program the study trains the
-learned-credit methods with; `study.py` the measurement (learning at equal env steps,
-credit accuracy and gradient statistics against KeyChain's exact gradient). This package
+The methods are the recipes of credit_jax/algos with the registry's RUDDER, HCA and COCOA
+features (`credit_jax/addons/features.py`); `study.py` is the measurement (learning at
+equal env steps, credit accuracy and gradient statistics against KeyChain's exact
+gradient). This package
 re-exports the study, so `from credit_jax.experiments import learned_credit` gives
 `default_config`, `validate_config`, `num_seeds` and `run`.
 """

@@ -19,11 +19,12 @@ Two parts, both on environments with ground truth:
     learned the same way) against KeyChain's exact gradient: relative bias, noise, SNR,
     cosine and the share of credit on the pivotal steps (`addons/learned_probe.py`).
 
-Methods: "reinforce" (this study's program, returns-to-go with a leave-one-out
-baseline), "rudder" (REINFORCE on the redistributed rewards), "rudder_ppo" (PPO + GAE
-over them, lambda 0.95), "hca", "cocoa" (REINFORCE with their credit; `program.py`),
-"grpo_k8" and "ppo_mlp_g1_l0.95" (the recipes of credit_jax/algos, configured as the
-horizon study configures them, `experiments/horizon/methods.py`).
+Methods, every one a recipe of credit_jax/algos with the registry's features
+(`credit_jax/addons/features.py`): "reinforce" (returns-to-go with a leave-one-out
+baseline), "rudder" (REINFORCE on the redistributed rewards), "rudder_ppo" (PPO on whole
+episodes, `rollout = "episodes"`, + GAE over them, lambda 0.95, 2 full-batch epochs),
+"hca", "cocoa" (REINFORCE with their credit), "grpo_k8" and "ppo_mlp_g1_l0.95" (configured
+as the horizon study configures them, `experiments/horizon/methods.py`).
 """
 from __future__ import annotations
 
@@ -37,18 +38,17 @@ import numpy as np
 
 from credit_jax import envs, nets, rollout, stats
 from credit_jax.addons import hindsight_credit, learned_probe, rudder
-from credit_jax.algos import make_train as recipe_train, train as train_lib
+from credit_jax.algos import make_train as recipe_train, ppo, reinforce, train as train_lib
 from credit_jax.experiments import report
 from credit_jax.experiments.horizon import methods as horizon_methods
 from credit_jax.experiments.horizon.study import updates_to_level
-from credit_jax.experiments.learned_credit import program
 
-__all__ = ["METHODS", "cell_config", "default_config", "evaluate", "num_seeds",
-           "probe_gradients", "run", "run_cell", "validate_config"]
+__all__ = ["METHODS", "cell_config", "default_config", "episode_success", "evaluate",
+           "num_seeds", "probe_gradients", "run", "run_cell", "validate_config"]
 
-PROGRAM_METHODS = ("reinforce", "rudder", "rudder_ppo", "hca", "cocoa")
+LEARNED_METHODS = ("reinforce", "rudder", "rudder_ppo", "hca", "cocoa")
 RECIPE_METHODS = ("grpo_k8", "ppo_mlp_g1_l0.95")
-METHODS = PROGRAM_METHODS + RECIPE_METHODS
+METHODS = LEARNED_METHODS + RECIPE_METHODS
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -104,40 +104,65 @@ def cell_config(method: str, env: str, size: int, config) -> ml_collections.Conf
     c = horizon_methods.recipe_config(method, size, spec, config.lrs[family],
                                       config.updates)
   else:
-    c = program.default_config()
-    c.num_envs, c.num_updates = int(config.episodes), int(config.updates)
+    c = _learned_config(method, int(config.episodes), size, int(config.updates))
     c.lr = float(config.lrs["hca" if method == "hca" else "program"])
     c.network.hidden_sizes = tuple(config.hidden_sizes)
     c.env_kwargs = ml_collections.ConfigDict(
         {"horizon": size, "num_pivotal": int(config.num_pivotal),
          "num_actions": int(config.num_actions), "cue_delay": 0})
-    c.horizon = size
-    if method.startswith("rudder"):
-      rudder.add_config(c)
-    if method == "rudder_ppo":
-      c.objective, c.num_epochs, c.credit = "ppo", 2, "gae"
-    if method in ("hca", "cocoa"):
-      hindsight_credit.add_config(c, method)
   if env == "lktd":
     c.env_name = "LinearKeyToDoor-v0"
     c.env_kwargs = ml_collections.ConfigDict({"length": size})
     c.ent_coef, c.lr = float(config.lktd_ent_coef), float(config.lktd_lr)
-    if method in RECIPE_METHODS and method.startswith("ppo"):
+    if c.algo == "ppo":
       c.num_steps = size
     else:
       c.horizon = size
   return c
 
 
+def _learned_config(method: str, episodes: int, size: int, updates: int):
+  """REINFORCE (returns-to-go, leave-one-out baseline, gamma 1) with the method's
+  feature, or for "rudder_ppo" PPO on whole episodes (GAE lambda 0.95, 2 full-batch
+  epochs, no value clip, no annealing, gradient norm 1) with RUDDER."""
+  if method == "rudder_ppo":
+    c = ppo.default_config()
+    c.rollout, c.num_envs, c.num_steps = "episodes", episodes, size
+    c.total_timesteps = updates * episodes * size
+    c.update_epochs, c.num_minibatches, c.clip_value_loss = 2, 1, False
+    c.gamma, c.gae_lambda, c.ent_coef, c.anneal_lr, c.max_grad_norm = \
+        1.0, 0.95, 0.0, False, 1.0
+    c.chunk_updates = 25
+    train_lib.checkpoint_at_end(c)
+  else:
+    c = reinforce.default_config()
+    c.num_envs, c.num_updates, c.horizon = episodes, updates, size
+  c.env_name = "KeyChain-v0"
+  if method.startswith("rudder"):
+    rudder.add_config(c)
+  if method in ("hca", "cocoa"):
+    hindsight_credit.add_config(c, method)
+  return c
+
+
+def episode_success(traj) -> jax.Array:
+  """[B] float: each episode's success (`info["success"]` at any valid step where the
+  env reports it, else a positive return)."""
+  info = traj.info if isinstance(traj.info, dict) else {}
+  if "success" in info:
+    return jnp.any(info["success"] & traj.valid, axis=0).astype(jnp.float32)
+  return (jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), 0) > 0).astype(jnp.float32)
+
+
 def _network(cfg):
   env, env_params = train_lib.make_env(cfg)
-  value = cfg.algo == "ppo" or (cfg.algo == "learned_credit" and cfg.credit == "gae")
+  value = cfg.algo == "ppo" or (cfg.algo == "reinforce" and reinforce.needs_value(cfg))
   network, _ = train_lib.make_network(cfg, env, env_params, value_head=value)
   return env, env_params, network
 
 
 def evaluate(cfg, params, key, episodes: int):
-  """([S] each seed's success on `episodes` fresh episodes (`program.episode_success`),
+  """([S] each seed's success on `episodes` fresh episodes (`episode_success`),
   [S] the share of their pivotal steps answered right: the corridor's key)."""
   env, env_params, network = _network(cfg)
   policy = nets.make_policy_fn(network)
@@ -147,7 +172,7 @@ def evaluate(cfg, params, key, episodes: int):
     traj = rollout.collect_episodes(env, env_params, policy, p, k, int(episodes), horizon)
     piv = traj.info["pivotal"] & traj.valid
     right = jnp.sum(traj.info["correct"] & piv) / jnp.maximum(jnp.sum(piv), 1)
-    return program.episode_success(traj).mean(), right
+    return episode_success(traj).mean(), right
 
   seeds = jax.tree.leaves(params)[0].shape[0]
   success, right = jax.jit(jax.vmap(one))(params, jax.random.split(key, seeds))
@@ -158,9 +183,9 @@ def run_cell(method: str, env: str, size: int, config, log: Callable) -> Dict:
   cfg = cell_config(method, env, size, config)
   if env == "lktd":
     cfg.num_updates = int(config.lktd_updates)
-    if method in RECIPE_METHODS and method.startswith("ppo"):
+    if cfg.algo == "ppo":
       cfg.total_timesteps = int(config.lktd_updates) * int(config.episodes) * size
-  train = recipe_train(cfg) if method in RECIPE_METHODS else program.make_train(cfg)
+  train = recipe_train(cfg)
   keys = jax.random.split(jax.random.key(int(config.seed)), int(config.seeds))
   t0 = time.time()
   state, metrics = jax.jit(jax.vmap(train))(keys)
