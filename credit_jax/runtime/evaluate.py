@@ -109,10 +109,14 @@ def evaluation(train, config) -> Tuple[Any, Any, Callable]:
     greedy_policy = _greedy_sequence_policy(network)
     return env, env_params, lambda params, greedy=False: (
         greedy_policy if greedy else sampled, params)
+  net = config.get("network") or {}
+  what = ", ".join(f"network.{k}={net[k]!r}" for k in ("kind", "critic_kind") if k in net)
   raise algos.ConfigError(
-      f"recipe {config.algo!r} does not provide train.eval_policy / train.env / "
-      f"train.env_params, which evaluation needs (evaluate.py measures recipes that do, "
-      f"and any recipe's GRU or transformer policy)")
+      f"recipe {config.algo!r}{f' ({what})' if what else ''} does not provide "
+      f"train.eval_policy / train.env / train.env_params, which evaluation needs "
+      f"(evaluate.py measures PPO, GRPO, REINFORCE and search_then_train with an MLP, GRU "
+      f"or transformer policy; dqn, grpo_hindsight, hierarchy, token_agent and PPO with "
+      f"a critic of its own are not yet covered)")
 
 
 def _tuples(x):
