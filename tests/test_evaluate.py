@@ -203,7 +203,7 @@ def test_every_recipe_and_network_kind_evaluates(recipe, kind, tmp_path):
   for field, value in (("horizon", 6), ("num_envs", 4), ("num_steps", 6),
                        ("num_minibatches", 2), ("update_epochs", 1), ("num_tasks", 4),
                        ("group_size", 2), ("num_episodes", 4), ("total_timesteps", 48),
-                       ("num_updates", 2)):
+                       ("num_updates", 2), ("search_tasks", 2)):
     if field in c:
       c[field] = value
   c.chunk_updates, c.checkpoint_every = 1, 1
