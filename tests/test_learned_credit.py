@@ -13,7 +13,8 @@ import pytest
 
 from credit_jax import envs, returns, rollout
 from credit_jax.addons import contributions as cb
-from credit_jax.addons import keychain_hindsight, learned_probe
+from credit_jax.experiments.learned_credit import exact_hindsight as keychain_hindsight
+from credit_jax.experiments.learned_credit import probe as learned_probe
 from credit_jax.addons import return_decomposition as rd
 from credit_jax.addons import hindsight_credit, hooks, rudder
 

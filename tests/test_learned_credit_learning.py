@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from credit_jax import envs, rollout
-from credit_jax.addons import hindsight_credit, keychain_hindsight, learned_probe, rudder
+from credit_jax.addons import hindsight_credit, rudder
+from credit_jax.experiments.learned_credit import exact_hindsight as keychain_hindsight
+from credit_jax.experiments.learned_credit import probe as learned_probe
 from credit_jax.algos import make_train, ppo, reinforce
 
 from test_learned_credit import A, K, PARAMS, T, _obs, logits_fn

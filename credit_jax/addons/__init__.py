@@ -10,6 +10,6 @@ Importing this package imports none of them.
 """
 
 __all__ = ["contributions", "critique", "curriculum", "features", "gae_probe", "gigpo",
-           "hindsight_credit", "hooks", "keychain_hindsight", "learned_probe", "memory",
+           "hindsight_credit", "hooks", "memory",
            "prm", "prm_labels", "return_decomposition", "rudder", "step_states",
            "tree_groups", "vine_ppo"]

@@ -3,7 +3,8 @@
 The methods are the recipes of credit_jax/algos with the registry's RUDDER, HCA and COCOA
 features (`credit_jax/addons/features.py`); `study.py` is the measurement (learning at
 equal env steps, credit accuracy and gradient statistics against KeyChain's exact
-gradient). This package
+gradient), with what only it uses: `probe.py` (the gradient probe) and
+`exact_hindsight.py` (KeyChain's exact hindsight distributions). This package
 re-exports the study, so `from credit_jax.experiments import learned_credit` gives
 `default_config`, `validate_config`, `num_seeds` and `run`.
 """

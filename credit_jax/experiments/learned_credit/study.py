@@ -17,7 +17,7 @@ Two parts, both on environments with ground truth:
     gradients of REINFORCE, RUDDER (its predictor trained on `probe.fit_updates` batches
     of that policy's episodes), HCA and COCOA (exact, from KeyChain's dynamics, and
     learned the same way) against KeyChain's exact gradient: relative bias, noise, SNR,
-    cosine and the share of credit on the pivotal steps (`addons/learned_probe.py`).
+    cosine and the share of credit on the pivotal steps (`probe.py`).
 
 Methods, every one a recipe of credit_jax/algos with the registry's features
 (`credit_jax/addons/features.py`): "reinforce" (returns-to-go with a leave-one-out
@@ -37,11 +37,12 @@ import ml_collections
 import numpy as np
 
 from credit_jax import envs, nets, rollout, stats
-from credit_jax.addons import hindsight_credit, learned_probe, rudder
+from credit_jax.addons import hindsight_credit, rudder
 from credit_jax.algos import make_train as recipe_train, ppo, reinforce, train as train_lib
 from credit_jax.experiments import report
 from credit_jax.experiments.horizon import methods as horizon_methods
 from credit_jax.experiments.horizon.study import updates_to_level
+from credit_jax.experiments.learned_credit import probe as learned_probe
 
 __all__ = ["METHODS", "cell_config", "default_config", "episode_success", "evaluate",
            "num_seeds", "probe_gradients", "run", "run_cell", "validate_config"]

@@ -35,7 +35,7 @@ from credit_jax.addons import contributions as cb
 from credit_jax.addons import gae_probe
 from credit_jax.addons import return_decomposition as rd
 from credit_jax.addons import rudder as rudder_lib
-from credit_jax.addons.keychain_hindsight import keychain_hindsight
+from credit_jax.experiments.learned_credit.exact_hindsight import keychain_hindsight
 from credit_jax.types import PresampledPolicy
 
 Array = jax.Array
