@@ -15,7 +15,7 @@ from credit_jax import envs, returns, rollout
 from credit_jax.addons import contributions as cb
 from credit_jax.experiments.learned_credit import exact_hindsight as keychain_hindsight
 from credit_jax.experiments.learned_credit import probe as learned_probe
-from credit_jax.addons import return_decomposition as rd
+from credit_jax.addons import rudder as rd
 from credit_jax.addons import hindsight_credit, hooks, rudder
 
 T, K, A = 4, 2, 2

@@ -11,5 +11,5 @@ Importing this package imports none of them.
 
 __all__ = ["contributions", "critique", "curriculum", "features", "gae_probe", "gigpo",
            "hindsight_credit", "hooks", "memory",
-           "prm", "prm_labels", "return_decomposition", "rudder", "step_states",
+           "prm", "prm_labels", "rudder", "step_states",
            "tree_groups", "vine_ppo"]

@@ -2,7 +2,7 @@
 
 `ReturnPredictor` (return decomposition, RUDDER: Arjona-Medina et al., NeurIPS 2019):
 a GRU over an episode's per-step tokens (what was seen, done and paid at each step,
-`credit_jax/addons/return_decomposition.py` builds them) whose output after step t is
+`credit_jax/addons/rudder.py` builds them) whose output after step t is
 `g_t`, a prediction of the episode's return from the prefix `0..t`. The change of the
 prediction is the reward redistributed to step t. Time-major: tokens `[T, B, D]` ->
 predictions `[T, B]`; the hidden state resets to zero where `starts` is True, so one

@@ -33,7 +33,6 @@ from jax.flatten_util import ravel_pytree
 from credit_jax import diagnostics, nets, returns, rollout
 from credit_jax.addons import contributions as cb
 from credit_jax.addons import gae_probe
-from credit_jax.addons import return_decomposition as rd
 from credit_jax.addons import rudder as rudder_lib
 from credit_jax.experiments.learned_credit.exact_hindsight import keychain_hindsight
 from credit_jax.types import PresampledPolicy
@@ -122,7 +121,7 @@ def credit_of(method: str, traj, logits_fn, actor_params, *, gamma: Any = 1.0,
     return returns.discounted_returns(rewards, g, terminated=dones)
   if method in ("rudder", "rudder_r"):
     cols = rudder_lib.columns_of(traj, rudder.num_actions, bool(rudder.cfg.with_reward))
-    shaped = rd.redistribute(rudder.predict(rudder_params, cols.tokens), cols.rewards,
+    shaped = rudder_lib.redistribute(rudder.predict(rudder_params, cols.tokens), cols.rewards,
                              cols.dones, cols.valid)
     if method == "rudder_r":
       return jnp.where(traj.valid, shaped.at[0].add(-jnp.mean(shaped[0])), 0.0)
