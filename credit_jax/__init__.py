@@ -69,7 +69,7 @@ _MOVED = {
     "prm": "credit_jax.addons.prm",
     "prm_labels": "credit_jax.addons.prm_labels",
     "critique": "credit_jax.addons.critique",
-    "memory": "credit_jax.addons.memory",
+    "memory": "credit_jax.experiments.critique.memory",
     "gae_gradient": "credit_jax.addons.gae_probe",
     "run": "credit_jax.runtime.run",
     "launch": "credit_jax.runtime.launch",

@@ -1,4 +1,4 @@
-"""Tests for credit_jax/addons/memory.py against a plain-Python reference store."""
+"""Tests for credit_jax/experiments/critique/memory.py against a plain-Python reference store."""
 import collections
 
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax.addons import memory
+from credit_jax.experiments.critique import memory
 
 
 class RefStore:

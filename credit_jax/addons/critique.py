@@ -14,7 +14,7 @@ environments (KeyChain, the goal environments) into such retry episodes:
     state and the attempt's actions and writes one critique into the first free slot of
     the state's critique store `[R - 1, 3]` (the last slot when none is free); later
     attempts see every stored critique. A store may start non-empty (`with_critiques`:
-    critiques remembered from earlier episodes of the task, `credit_jax/addons/memory.py`).
+    critiques remembered from earlier episodes of the task, `credit_jax/experiments/critique/memory.py`).
   * A **critique** is a float32 `[3]` array `(step, suggestion, confidence)`: the step
     index inside an attempt that the critic blames, the action it suggests there, and a
     confidence in [0, 1]; `NO_CRITIQUE = (-1, -1, 0)` is an empty slot.

@@ -23,7 +23,7 @@ Per seed:
      labels on uniform-policy attempts; its localisation accuracy against the oracle. And
      the same network trained without labels, with the improvement of the retry its
      critique guided as its reward (`critique.train_critic_by_improvement`, Retroformer).
-  4. Persistent memory (`credit_jax.addons.memory`): a stream of `memory_episodes` retry
+  4. Persistent memory (`memory.py`): a stream of `memory_episodes` retry
      episodes drawn from a family of `family_size` tasks, each with fixed answers. At
      an episode's end its critique store is written to memory under the task id; the
      next episode of that task starts with it. Per capacity (0: no memory): first-attempt
@@ -42,7 +42,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from credit_jax.addons import critique, memory
+from credit_jax.addons import critique
+from credit_jax.experiments.critique import memory
 from credit_jax import envs, nets, rollout
 from credit_jax.algos import ConfigError, train as train_lib, reinforce
 from credit_jax.experiments import report
