@@ -49,34 +49,15 @@ tuple and describes itself in a `Recipe`; everything else happens here and in
     from `fold_in(rollout key, 4)` (`CollectInput.key`), and the j-th
     feature (j >= 1) of those filling one slot from `fold_in(slot key, j)`.
 
-Adding an advantage estimator (VinePPO's Monte-Carlo values from restarted states, GiGPO's
-step groups from equal states, tree-structured group rollouts, HCA/COCOA's hindsight
-credit) needs no change to a recipe's program:
-
-  1. Write `credit_jax/addons/<name>.py` with a `Feature` subclass: `name`, `field` (the
-     config field that turns it on, e.g. "vine.enabled"), `estimator = True`,
-     `enabled(config)`, `validate(config, recipe)` (ConfigError naming the field; check
-     `recipe.rollout`: CONTINUING windows, GROUPS or EPISODES), `hparams(config)`.
-  2. If it needs the environment state at every step: `wrap_env` returns a wrapper whose
-     `info` carries the state the step started from (states are pytrees, so restoring
-     one is a gather: `rollout.collect` from those states restarts K rollouts there;
-     equal states across a GRPO group are an equality of leaves).
-  3. `bind(context)` returns a `Bound` whose `advantages(carry, inputs)` gets an
-     `EstimatorInput`: the rollout `traj` (time-major, `info` as the env wrote it), the
-     shaped `signal`, the critic's `values` (None without one), the recipe's own
-     `advantages` (GAE or group advantages, to combine with or to replace), the policy
-     `params` that collected the rollout, `hp` and a `key`; the policy itself is
-     `context.policy`, its logits at a rollout's steps `context.logits(params, traj)`,
-     the recipe's discount `context.discount(hp)` (the same `Context` fields from every
-     recipe). It returns `(advantages
-     [T, B...], carry, metrics)`, its simulated steps as metric `env_steps`.
-     A learned estimator (HCA/COCOA) keeps its model in `init`'s carry and trains it in
-     `observe`; a reward redistribution (RUDDER) fills `shape_rewards` instead.
-  4. Pass the object to a recipe: `make_train(config, features=(MyCredit(),))` (every
-     recipe whose program calls the slots, `Recipe.open`: REINFORCE, PPO, GRPO); the
-     library's own features are also listed in `FEATURES` in
-     `credit_jax/addons/features.py` and named in the `HOOKS` of the recipes that take
-     them. Test it against an independent reference.
+Adding an advantage estimator needs no change to a recipe's program: a `Feature`
+subclass (`name`, `field`, `estimator = True`, `traced`, `validate` reading
+`recipe.rollout`) whose `bind(context)` returns a `Bound` with `advantages(carry,
+EstimatorInput) -> (advantages [T, B...] or per-action credit, carry, metrics)`; where it
+needs the environment state at every step, `wrap_env` puts it in `info` (restoring a
+state is a gather). Pass the object to a recipe, `make_train(config,
+features=(MyCredit(),))` (the `open` recipes: REINFORCE, PPO, GRPO); the library's own
+are also in `FEATURES` (`credit_jax/addons/features.py`). docs/RECIPES.md "Add a credit
+estimator" is a worked example, run by `tests/test_worked_example.py`.
 """
 from __future__ import annotations
 

@@ -65,6 +65,8 @@ import optax
 
 from credit_jax import diagnostics, envs, replay, returns
 from credit_jax.addons import hooks
+# The learned-credit estimators share one check of their [T, B] inputs.
+from credit_jax.addons.contributions import _check as _check_tm, _check_tb as _check_pair
 from credit_jax.config import require
 from credit_jax.nets.credit_models import ReturnPredictor
 from credit_jax.types import Trajectory
@@ -76,21 +78,6 @@ __all__ = ["Columns", "Rudder", "RudderFeature", "add_config", "columns_of",
            "lessons_init", "lessons_sample", "pivotal_shares", "prediction_loss",
            "redistribute", "segment_cumsum", "trajectory_tokens", "whole_episodes",
            "window_of"]
-
-
-def _check_tm(name: str, x: Any, shape: Tuple[int, ...]) -> None:
-  if tuple(np.shape(x)) != tuple(shape):
-    raise ValueError(f"{name} must be [T, B] = {tuple(shape)}, got {tuple(np.shape(x))}")
-
-
-def _check_pair(rewards: Any, dones: Any, valid: Any = None) -> Tuple[int, ...]:
-  if np.ndim(rewards) != 2:
-    raise ValueError(f"rewards must be [T, B] (rank 2), got shape {np.shape(rewards)}")
-  shape = tuple(np.shape(rewards))
-  _check_tm("dones", dones, shape)
-  if valid is not None:
-    _check_tm("valid", valid, shape)
-  return shape
 
 
 def episode_starts(dones: Array) -> Array:
