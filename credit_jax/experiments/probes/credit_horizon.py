@@ -97,8 +97,21 @@ def _validate(config) -> None:
     raise ConfigError(f"config.threshold: must lie in (0, 1], got {config.threshold}")
 
 
-def train_horizon(config, horizon: int, log) -> dict:
-  """Trains every seed at `horizon`; returns {"times", "events", "curve", "checks", ...}."""
+def _record(config, horizon, checks, curve, seconds, steps_per_update) -> dict:
+  times, events = survival.first_crossing(np.asarray(curve).T, np.asarray(checks),
+                                          float(config.threshold))
+  return {"horizon": int(horizon), "seeds": int(config.seeds), "checks": checks,
+          "curve": curve, "times": times.tolist(), "events": events.tolist(),
+          "max_updates": int(config.max_updates), "updates_run": int(checks[-1]),
+          "episodes": int(config.episodes), "lr": float(config.table_lr),
+          "min_prob": float(config.min_prob), "train_s": seconds,
+          "env_steps_per_update": steps_per_update}
+
+
+def train_horizon(config, horizon: int, log, save=None) -> dict:
+  """Trains every seed at `horizon`; returns {"times", "events", "curve", "checks", ...}
+  (a seed not at the threshold is censored at the last update run). `save(record)`, if
+  given, receives the record so far at every progress line (a killed run keeps it)."""
   cfg = reinforce_config(config, horizon, int(config.max_updates))
   train = make_train(cfg)
   env, env_params = train_lib.make_env(cfg)
@@ -124,13 +137,11 @@ def train_horizon(config, horizon: int, log) -> dict:
       log(f"credit_horizon T={horizon}: update {done} | exact J min {j.min():.3f} median "
           f"{np.median(j):.3f} | {int(reached.sum())}/{seeds} at {config.threshold} | "
           f"{watch.seconds():.0f}s")
-  times, events = survival.first_crossing(np.asarray(curve).T, np.asarray(checks),
-                                          float(config.threshold))
-  return {"horizon": int(horizon), "seeds": seeds, "checks": checks, "curve": curve,
-          "times": times.tolist(), "events": events.tolist(),
-          "max_updates": int(config.max_updates), "episodes": int(config.episodes),
-          "lr": float(config.table_lr), "min_prob": float(config.min_prob),
-          "train_s": watch.seconds(), "env_steps_per_update": train.env_steps_per_update}
+      if save is not None:
+        save(_record(config, horizon, checks, curve, watch.seconds(),
+                     train.env_steps_per_update))
+  return _record(config, horizon, checks, curve, watch.seconds(),
+                 train.env_steps_per_update)
 
 
 def horizon_markdown(records: List[dict], tau: float) -> List[str]:
@@ -220,6 +231,12 @@ def gradient_bias(config, log) -> Dict[str, float]:
           "wall_s": watch.seconds()}
 
 
+def _write(path: str, record: dict) -> None:
+  with open(path + ".tmp", "w") as f:
+    json.dump(record, f)
+  os.replace(path + ".tmp", path)
+
+
 def run(config, workdir: str, log=print) -> dict:
   """Runs `config.study` ("credit_horizon" or "gradient_bias"); writes summary.json/.md."""
   _validate(config)
@@ -242,16 +259,24 @@ def run(config, workdir: str, log=print) -> dict:
     records = []
     for horizon in sorted(int(t) for t in config.horizons):
       path = os.path.join(workdir, "cells", f"T{horizon}.json")
+      partial = path.replace(".json", ".partial.json")
       if os.path.exists(path):
         with open(path) as f:
           records.append(json.load(f))
         continue
-      rec = train_horizon(config, horizon, log)
-      with open(path + ".tmp", "w") as f:
-        json.dump(rec, f)
-      os.replace(path + ".tmp", path)
+      if not bool(config.new_cells):   # tabulate what a stopped run saved, censored
+        if os.path.exists(partial):
+          with open(partial) as f:
+            records.append(json.load(f))
+        continue
+      rec = train_horizon(config, horizon, log,
+                          save=lambda r, p=partial: _write(p, r))
+      _write(path, rec)
       records.append(rec)
-    lines = horizon_markdown(records, float(config.max_updates))
+    # Restricted means share one tau: the budget, or where a stopped run censored seeds.
+    tau = min([float(config.max_updates)] + [float(r["updates_run"]) for r in records
+                                              if not all(r["events"])])
+    lines = horizon_markdown(records, tau)
     summary = {"records": records}
   report.write_summary(workdir, summary, "\n".join(lines + [report.wall_time(
       watch.seconds())]))
