@@ -244,8 +244,8 @@ def run(config, workdir: str, log=print) -> dict:
   watch = report.Stopwatch()
   if config.study == "gradient_bias":
     out = gradient_bias(config, log)
-    lines = report.table(["T", "episodes", "exact J", "|g*|", "relative bias along g* "
-                          "[95%]", "|mean g - g*| / |g*|", "noise alone would give",
+    lines = report.table(["T", "episodes", "exact J", "norm(g*)", "relative bias along "
+                          "g* [95%]", "norm(mean g - g*) / norm(g*)", "noise alone would give",
                           "noise per 256 episodes", "cosine"],
                          [[out["horizon"], out["episodes"], f"{out['exact_J']:.4f}",
                            f"{out['grad_norm']:.4g}",
