@@ -60,6 +60,7 @@ lasts `max(reward_horizons)` steps).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict, Sequence, Tuple
 
 import jax
@@ -80,12 +81,18 @@ BONUS = 0.1                              # the bonus chain pays 1 + BONUS
 class UmbrellaParams(environment.EnvParams):
   chain_length: int = 10                         # steps per episode (bsuite: 1..100)
   max_steps_in_episode: int = base.MAX_STEPS     # no time limit (gymnax: 100)
+  active_distractors: int = 20                   # distractor bits shown (<= n_distractor;
+                                                 # the rest read 0: umbrella_distract's
+                                                 # settings padded into one program)
 
 
 @struct.dataclass
 class MemoryParams(environment.EnvParams):
   memory_length: int = 5                         # steps between context and query
   max_steps_in_episode: int = base.MAX_STEPS     # no time limit (gymnax: 1000)
+  active_bits: int = 1                           # context bits drawn and queried (<=
+                                                 # num_bits; the rest read 0: memory_size's
+                                                 # settings padded into one program)
 
 
 @struct.dataclass
@@ -112,12 +119,30 @@ class UmbrellaChain(base.CreditEnv, gx_umbrella.UmbrellaChain):
 
   @property
   def default_params(self) -> UmbrellaParams:
-    return UmbrellaParams()
+    return UmbrellaParams(active_distractors=self.n_distractor)
 
   def validate_params(self, params: UmbrellaParams) -> None:
     super().validate_params(params)
     base.check_param_range("chain_length", params.chain_length, 1, base.MAX_STEPS,
                            integral=True)
+    base.check_param_range("active_distractors", params.active_distractors, 0,
+                           self.n_distractor, integral=True)
+
+  def get_obs(self, state: Any, key: jax.Array, params: UmbrellaParams) -> jax.Array:
+    """[3 + n_distractor] float32: gymnax's (need, has, 1 - t / L, the bits), the bits
+    past `params.active_distractors` set to 0."""
+    obs = gx_umbrella.UmbrellaChain.get_obs(self, state, key, params)
+    shown = jnp.arange(self.n_distractor) < params.active_distractors
+    return obs.at[3:].set(jnp.where(shown, obs[3:], 0.0))
+
+  def episode_length(self, params: UmbrellaParams) -> jax.Array:
+    """[] int32: steps per episode (`chain_length`)."""
+    return jnp.asarray(params.chain_length, jnp.int32)
+
+  def padding_observation(self) -> jax.Array:
+    """[3 + n_distractor] float32 shown on a padding step (`PaddedChain`): zeros with
+    the time feature at -1, a value no real step shows (it lies in [0, 1])."""
+    return jnp.zeros(self.obs_shape, jnp.float32).at[2].set(-1.0)
 
   def step_env(self, key: jax.Array, state: Any, action: Any, params: UmbrellaParams
                ) -> Tuple[jax.Array, Any, jax.Array, jax.Array, Dict[str, Any]]:
@@ -143,15 +168,45 @@ class MemoryChain(base.CreditEnv, gx_memory.MemoryChain):
 
   @property
   def default_params(self) -> MemoryParams:
-    return MemoryParams()
+    return MemoryParams(active_bits=self.num_bits)
 
   def validate_params(self, params: MemoryParams) -> None:
     super().validate_params(params)
     base.check_param_range("memory_length", params.memory_length, 1,
                            base.MAX_STEPS - 1, integral=True)
+    base.check_param_range("active_bits", params.active_bits, 1, self.num_bits,
+                           integral=True)
 
   def observation_space(self, params: Any = None) -> spaces.Box:
-    return spaces.Box(-1.0, 1.0, self.obs_shape, jnp.float32)
+    # (time left, query index, context +-1): the query is an index < num_bits
+    return spaces.Box(-1.0, float(max(1, self.num_bits - 1)), self.obs_shape, jnp.float32)
+
+  def reset_env(self, key: jax.Array, params: MemoryParams) -> Tuple[jax.Array, Any]:
+    """gymnax's reset (the same draws), the query drawn among the first
+    `params.active_bits` bits (gymnax: all `num_bits`; equal at the default)."""
+    key_context, key_query = jax.random.split(key)
+    context = jax.random.bernoulli(key_context, p=0.5, shape=(self.num_bits,))
+    query = jax.random.randint(key_query, minval=0, maxval=params.active_bits, shape=())
+    state = gx_memory.EnvState(context=jnp.int32(context), query=jnp.int32(query),
+                               total_perfect=jnp.int32(0), total_regret=jnp.float32(0),
+                               time=jnp.int32(0))
+    return self.get_obs(state, params), state
+
+  def get_obs(self, state: Any, params: MemoryParams, key: Any = None) -> jax.Array:
+    """[num_bits + 2] float32: gymnax's (time left, query, context), the context bits
+    past `params.active_bits` set to 0."""
+    obs = gx_memory.MemoryChain.get_obs(self, state, params)
+    shown = jnp.arange(self.num_bits) < params.active_bits
+    return obs.at[2:].set(jnp.where(shown, obs[2:], 0.0))
+
+  def episode_length(self, params: MemoryParams) -> jax.Array:
+    """[] int32: steps per episode (`memory_length + 1`, bsuite's)."""
+    return jnp.asarray(params.memory_length, jnp.int32) + 1
+
+  def padding_observation(self) -> jax.Array:
+    """[num_bits + 2] float32 shown on a padding step (`PaddedChain`): zeros with the
+    time feature at -1 (a real step's lies in [0, 1])."""
+    return jnp.zeros(self.obs_shape, jnp.float32).at[0].set(-1.0)
 
   def step_env(self, key: jax.Array, state: Any, action: Any, params: MemoryParams
                ) -> Tuple[jax.Array, Any, jax.Array, jax.Array, Dict[str, Any]]:
@@ -200,6 +255,14 @@ class DiscountingChain(base.CreditEnv, gx_discounting.DiscountingChain):
   def observation_space(self, params: Any = None) -> spaces.Box:
     return spaces.Box(-1.0, float(self.n_actions), self.obs_shape, jnp.float32)
 
+  def episode_length(self, params: DiscountingParams) -> jax.Array:
+    """[] int32: steps per episode (the longest reward horizon)."""
+    return jnp.int32(self.episode_len)
+
+  def padding_observation(self) -> jax.Array:
+    """[2] float32 shown on a padding step (`PaddedChain`): time feature -1."""
+    return jnp.asarray([-1.0, -1.0], jnp.float32)
+
   def bonus_chain(self, params: DiscountingParams) -> jax.Array:
     """[] int32: the chain that pays 1 + BONUS (bsuite: `mapping_seed % n_actions`)."""
     return jnp.asarray(params.mapping_seed, jnp.int32) % self.n_actions
@@ -233,5 +296,214 @@ class DiscountingChain(base.CreditEnv, gx_discounting.DiscountingChain):
     return obs, state, jnp.asarray(reward, jnp.float32), terminated, info
 
 
+# ------------------------------------------------------------- one program per sweep
+
+@struct.dataclass
+class PaddedState:
+  inner: Any            # the chain's state (during padding: the finished episode's)
+  setting: jax.Array    # [] int32 the swept field's value, kept across resets
+  reset_key: jax.Array  # the key the current episode's start was drawn from
+  t: jax.Array          # [] int32 steps taken in the current (real or padding) episode
+  pad_left: jax.Array   # [] int32 padding steps left; 0: a real episode is running
+  next_inner: Any       # the next real episode's start, drawn when the last one ended
+  next_obs: jax.Array   # its first observation
+  next_key: jax.Array   # the key it was drawn from
+
+
+class PaddedChain(base.CreditEnv):
+  """One of bsuite's chains with the swept setting as data, so that the settings of a
+  sweep (chain lengths, distractor counts, ...) run side by side in one compiled
+  program, every episode lasting `pad_to` steps.
+
+  The setting (`field`, a params field of the chain: `chain_length`, `memory_length`,
+  `active_distractors`, `active_bits`, `mapping_seed`) is read from `params` at
+  `reset` and then rides in the state (`PaddedState.setting`), kept through every
+  auto-reset, so it can be set per run either in the params a recipe resets with or in
+  a reset state (`with_setting`). A real episode is the chain's own, step for step (the
+  same transitions, rewards, termination and `info["success"]`, from the same keys as
+  gymnax's auto-reset `step` divides them); when it ends after `n < pad_to` steps, a
+  padding episode of `pad_to - n` steps follows (observation `padding_observation()`,
+  reward 0, the action ignored, no success, terminated at its last step), so one real
+  and one padding episode fill exactly `pad_to` steps. The next real episode's start is
+  drawn when the real one ends, from that step's reset key, as the unpadded chain's
+  auto-reset draws it, so a rollout of `pad_to` steps per real episode meets the same
+  episodes as the unpadded chain's rollout of `n` steps (tests/test_bsuite_padded.py).
+
+  Episode end is data: episodic collectors (`rollout.collect_episodes`, `_groups`)
+  mask everything after the real episode's end; continuing ones (PPO) see the padding
+  episode as an episode of its own that pays 0.
+
+  Args:
+    inner: a chain of this module (UmbrellaChain, MemoryChain, DiscountingChain).
+    field: the params field swept.
+    pad_to: steps per padded episode (>= the longest real episode it is used with).
+  """
+
+  def __init__(self, inner: base.CreditEnv, field: str, pad_to: int):
+    names = [f.name for f in dataclasses.fields(inner.default_params)]
+    if field not in names:
+      raise ValueError(f"field {field!r} is not a params field of {inner.name}: {names}")
+    self.inner, self.field = inner, field
+    self.pad_to = base.check_int("pad_to", pad_to, minimum=1)
+    self.obs_shape = tuple(inner.obs_shape)
+    self.deterministic_transitions = inner.deterministic_transitions
+
+  @property
+  def name(self) -> str:
+    return f"{self.inner.name}/padded"
+
+  @property
+  def num_actions(self) -> int:
+    return self.inner.num_actions
+
+  @property
+  def default_params(self) -> Any:
+    return self.inner.default_params
+
+  def observation_space(self, params: Any = None) -> spaces.Box:
+    space = self.inner.observation_space(params)
+    return spaces.Box(-1.0, space.high, self.obs_shape, jnp.float32)
+
+  def validate_params(self, params: Any) -> None:
+    self.inner.validate_params(params)
+    n = self.inner.episode_length(params)
+    try:
+      n = int(n)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+      return
+    if n > self.pad_to:
+      raise ValueError(f"pad_to: {self.pad_to} is shorter than the episode of "
+                       f"{self.field}={getattr(params, self.field)} ({n} steps)")
+
+  def _params(self, params: Any, setting: jax.Array) -> Any:
+    return params.replace(**{self.field: setting})
+
+  def _divide(self, key: jax.Array) -> Tuple[jax.Array, jax.Array]:
+    """(transition key, reset key), as gymnax's auto-reset `step` (and CreditEnv's, for
+    deterministic transitions) divide a step's key."""
+    if self.deterministic_transitions:
+      return key, key
+    k = jax.random.split(key)
+    return k[0], k[1]
+
+  def reset_env(self, key: jax.Array, params: Any) -> Tuple[jax.Array, PaddedState]:
+    setting = jnp.asarray(getattr(params, self.field), jnp.int32)
+    obs, inner = self.inner.reset_env(key, self._params(params, setting))
+    zero = jnp.zeros((), jnp.int32)
+    return obs, PaddedState(inner=inner, setting=setting, reset_key=key, t=zero,
+                            pad_left=zero, next_inner=inner, next_obs=obs, next_key=key)
+
+  def with_setting(self, key_state: PaddedState, params: Any, setting: Any
+                   ) -> Tuple[jax.Array, PaddedState]:
+    """`(obs, state)`: the episode start `key_state` was drawn from, drawn again (same
+    key) with the field set to `setting` ([] int); what `reset` with that setting in
+    the params gives. For one state: vmap it over a batch."""
+    params = self._params(params, jnp.asarray(setting, jnp.int32))
+    return self.reset_env(key_state.reset_key, params)
+
+  def get_obs(self, state: PaddedState, params: Any = None, key: Any = None) -> jax.Array:
+    raise NotImplementedError("PaddedChain returns its observations from reset and step")
+
+  def is_terminated(self, state: PaddedState, params: Any) -> jax.Array:
+    return jnp.zeros((), bool)
+
+  def is_truncated(self, state: PaddedState, params: Any) -> jax.Array:
+    return jnp.zeros((), bool)
+
+  def step_env(self, key, state, action, params):
+    raise NotImplementedError("PaddedChain steps with `step` (its auto-reset is its own)")
+
+  def step(self, key: jax.Array, state: PaddedState, action: Any, params: Any = None
+           ) -> Tuple[jax.Array, PaddedState, jax.Array, jax.Array, jax.Array,
+                      Dict[str, Any]]:
+    """gymnax's six values; see the class docstring for the padding episode."""
+    if params is None:
+      params = self.default_params
+    p = self._params(params, state.setting)
+    k_step, k_reset = self._divide(key)
+    obs_st, inner_st, reward, ended, info = self.inner.step_env(k_step, state.inner,
+                                                                action, p)
+    obs_re, inner_re = self.inner.reset_env(k_reset, p)
+    padding = state.pad_left > 0
+    t = state.t + 1
+    pad_obs = self.padding_observation()
+    # a real step: the chain's own; at its end, padding for the steps left (if any)
+    real_left = jnp.maximum(self.pad_to - t, 0)
+    real_ended = jnp.logical_and(jnp.logical_not(padding), ended)
+    to_pad = jnp.logical_and(real_ended, real_left > 0)
+    # a padding step: at its last, the drawn next episode starts
+    pad_ended = jnp.logical_and(padding, state.pad_left == 1)
+    terminated = jnp.logical_or(real_ended, pad_ended)
+
+    def pick(a, b, c):   # a: a real step continues, b: a fresh start, c: padding
+      return jax.tree.map(
+          lambda x, y, z: jnp.where(
+              jnp.logical_or(pad_ended, jnp.logical_and(real_ended, ~to_pad)), y,
+              jnp.where(jnp.logical_or(to_pad, jnp.logical_and(padding, ~pad_ended)),
+                        z, x)), a, b, c)
+
+    # the fresh start: after padding, the episode drawn at the real end; else this
+    # step's reset
+    start_inner = jax.tree.map(lambda a, b: jnp.where(padding, a, b), state.next_inner,
+                               inner_re)
+    start_obs = jnp.where(padding, state.next_obs, obs_re)
+    start_key = jnp.where(padding, state.next_key, k_reset)
+    inner = pick(inner_st, start_inner, state.inner)
+    obs = pick(obs_st, start_obs, pad_obs)
+    reset_key = pick(state.reset_key, start_key, state.reset_key)
+    zero = jnp.zeros((), jnp.int32)
+    new_t = jnp.where(terminated, zero, t)
+    pad_left = jnp.where(to_pad, real_left,
+                         jnp.where(padding, state.pad_left - 1, zero)).astype(jnp.int32)
+    keep = jnp.logical_not(to_pad)
+    next_inner = jax.tree.map(lambda old, new: jnp.where(keep, old, new),
+                              state.next_inner, inner_re)
+    next_obs = jnp.where(keep, state.next_obs, obs_re)
+    next_key = jnp.where(keep, state.next_key, k_reset)
+    new_state = PaddedState(inner=inner, setting=state.setting, reset_key=reset_key,
+                            t=new_t, pad_left=pad_left, next_inner=next_inner,
+                            next_obs=next_obs, next_key=next_key)
+    final_obs = jnp.where(padding, pad_obs, obs_st)
+    success = jnp.logical_and(jnp.logical_not(padding), info.get("success", False))
+    out_info = {**{k: v for k, v in info.items() if k != "success"},
+                "success": success, "padding": padding,
+                "terminated": terminated, "truncated": jnp.zeros((), bool),
+                "final_observation": final_obs}
+    reward = jnp.where(padding, 0.0, reward).astype(jnp.float32)
+    return obs, new_state, reward, terminated, jnp.zeros((), bool), out_info
+
+  def padding_observation(self) -> jax.Array:
+    return self.inner.padding_observation()
+
+
+class PaddedUmbrellaChain(PaddedChain):
+  """`PaddedChain` of UmbrellaChain: `field` "chain_length" (umbrella_length) or
+  "active_distractors" (umbrella_distract, `n_distractor` the sweep's largest)."""
+
+  def __init__(self, pad_to: int = 10, field: str = "chain_length",
+               n_distractor: int = 20):
+    super().__init__(UmbrellaChain(n_distractor), field, pad_to)
+
+
+class PaddedMemoryChain(PaddedChain):
+  """`PaddedChain` of MemoryChain: `field` "memory_length" (memory_len) or
+  "active_bits" (memory_size, `num_bits` the sweep's largest)."""
+
+  def __init__(self, pad_to: int = 11, field: str = "memory_length", num_bits: int = 1):
+    super().__init__(MemoryChain(num_bits), field, pad_to)
+
+
+class PaddedDiscountingChain(PaddedChain):
+  """`PaddedChain` of DiscountingChain over `mapping_seed` (no padding: every episode
+  lasts the longest horizon; the mapping seeds of all five bonus chains run in one
+  program)."""
+
+  def __init__(self, pad_to: int = 100, field: str = "mapping_seed",
+               reward_horizons: Sequence[int] = BSUITE_HORIZONS):
+    super().__init__(DiscountingChain(reward_horizons), field, pad_to)
+
+
 __all__ = ["BONUS", "BSUITE_HORIZONS", "DiscountingChain", "DiscountingParams",
-           "MemoryChain", "MemoryParams", "UmbrellaChain", "UmbrellaParams"]
+           "MemoryChain", "MemoryParams", "PaddedChain", "PaddedDiscountingChain",
+           "PaddedMemoryChain", "PaddedState", "PaddedUmbrellaChain", "UmbrellaChain",
+           "UmbrellaParams"]

@@ -55,11 +55,7 @@ def bsuite_rows(records: List[dict]) -> Dict[str, np.ndarray]:
 def sweep_of(experiment: str):
   """bsuite's settings of `experiment` (None: not a bsuite experiment, every setting
   scored, as discounting_chain_long)."""
-  if experiment in ("umbrella_length", "memory_len"):
-    return scoring.BSUITE_LENGTHS
-  if experiment == "discounting_chain":
-    return scoring.MAPPING_SEEDS
-  return None
+  return scoring.SWEEPS.get(experiment)
 
 
 def in_sweep(experiment: str, settings) -> np.ndarray:
@@ -132,8 +128,10 @@ def summarize_experiment(experiment: str, records: List[dict], config) -> dict:
          "seed_score_min": float(np.min(known)) if known else None,
          "seed_score_max": float(np.max(known)) if known else None,
          "per_setting": settings,
-         "env_steps_per_seed": int(sum(r["env_steps"] * len(set(r["settings"]))
-                                       for r in records)),
+         "env_steps_per_seed": int(sum(r["env_steps_per_seed"] for r in records)),
+         "program_steps_per_seed": int(sum(r["program_steps_per_seed"]
+                                           for r in records)),
+         "programs": len(records),
          "compile_s": float(sum(r["compile_s"] for r in records)),
          "run_s": float(sum(r["run_s"] for r in records))}
   if specs.SCORED_AS[experiment] == "discounting_chain":

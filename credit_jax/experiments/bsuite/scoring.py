@@ -1,4 +1,6 @@
-"""bsuite's settings and scores for umbrella_length, memory_len and discounting_chain.
+"""bsuite's settings and scores for umbrella_length, umbrella_distract, memory_len,
+memory_size and discounting_chain (umbrella_distract is scored as umbrella_length and
+memory_size as memory_len, each grouped by its own setting, as bsuite's analyses do).
 
 The sweeps and thresholds are bsuite's (its `experiments/<name>/sweep.py` and
 `analysis.py`); the code is written here from those definitions. A score is computed
@@ -27,10 +29,16 @@ from typing import Dict, Sequence, Tuple
 
 import numpy as np
 
-# bsuite's sweeps: chain / memory lengths 1..10, 12, 14, 17, 20, 25, 30..100 by 10.
+# bsuite's sweeps: chain / memory lengths and distractor counts 1..10, 12, 14, 17, 20,
+# 25, 30..100 by 10; memory_size's context bits 1..10, 12, 14, 17, 20, 25, 30, 40.
 BSUITE_LENGTHS = tuple(range(1, 11)) + (12, 14, 17, 20, 25) + tuple(range(30, 105, 10))
+MEMORY_SIZE_BITS = tuple(range(1, 11)) + (12, 14, 17, 20, 25, 30, 40)
 MAPPING_SEEDS = tuple(range(20))         # discounting_chain's settings
-NUM_EPISODES = {"umbrella_length": 10_000, "memory_len": 10_000,
+SWEEPS = {"umbrella_length": BSUITE_LENGTHS, "umbrella_distract": BSUITE_LENGTHS,
+          "memory_len": BSUITE_LENGTHS, "memory_size": MEMORY_SIZE_BITS,
+          "discounting_chain": MAPPING_SEEDS}
+NUM_EPISODES = {"umbrella_length": 10_000, "umbrella_distract": 10_000,
+                "memory_len": 10_000, "memory_size": 10_000,
                 "discounting_chain": 1_000}
 UMBRELLA_REGRET_THRESH = 0.5             # average regret per episode
 MEMORY_LEARNING_THRESH = 0.75            # regret ratio per episode
@@ -41,7 +49,8 @@ DISCOUNTING_SCALE = 10.0                 # score = 1 - 10 (1.1 - average return)
 # What a uniform random agent scores (every choice right with probability 1/2; the
 # bonus chain chosen 1 time in 5): its expected regrets sit exactly on 1 and 1, above
 # both thresholds, and its discounting score is 0.2.
-RANDOM_SCORES = {"umbrella_length": 0.0, "memory_len": 0.0, "discounting_chain": 0.2}
+RANDOM_SCORES = {"umbrella_length": 0.0, "umbrella_distract": 0.0, "memory_len": 0.0,
+                 "memory_size": 0.0, "discounting_chain": 0.2}
 
 
 def _rows(groups, episodes, totals) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -146,7 +155,8 @@ def final_window(num_updates: int, fraction: float) -> int:
   return max(1, int(np.ceil(fraction * int(num_updates) - 1e-9)))
 
 
-__all__ = ["BSUITE_LENGTHS", "MAPPING_SEEDS", "NUM_EPISODES", "RANDOM_SCORES",
+__all__ = ["BSUITE_LENGTHS", "MAPPING_SEEDS", "MEMORY_SIZE_BITS", "NUM_EPISODES",
+           "RANDOM_SCORES", "SWEEPS",
            "discounting_chain_score", "final_window", "longest_at_level",
            "memory_len_per_length", "memory_len_score", "umbrella_length_per_length",
            "umbrella_length_score"]

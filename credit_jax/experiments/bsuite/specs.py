@@ -1,16 +1,25 @@
 """The experiments' cells and the methods' recipe configs for the bsuite study.
 
-An experiment is a list of *settings* (umbrella_length, memory_len: chain / memory
-lengths; discounting_chain: mapping seeds) and an environment per setting
-(credit_jax/envs/bsuite.py). A *cell* is the settings that share one environment and
-therefore one compiled program: one length, or for discounting_chain the mapping seeds
-with the same bonus chain (`mapping_seed % 5`, bsuite's own rule: seeds 0, 5, 10, 15
-are one environment); all its settings x seeds are vmapped.
+An experiment is a list of *settings* (chain / memory lengths, distractor counts,
+context bits, mapping seeds) and an environment per setting (credit_jax/envs/bsuite.py).
+A *cell* is the settings that run in one compiled program, all its settings x seeds
+vmapped:
 
-Experiments:
-  umbrella_length          bsuite/UmbrellaChain-v0, n_distractor 20, one cell per length
-  memory_len               bsuite/MemoryChain-v0, num_bits 1, one cell per length
-  discounting_chain        bsuite/DiscountingChain-v0, mapping seeds 0..19, 5 cells
+  * bucketed (`config.buckets`, for PPO and GRPO, the families that can take a setting
+    per run, see `runner.py`): the settings of one bucket of values (e.g. lengths
+    1-10, 12-30, 40-100; mapping seeds all together) in a `PaddedChain`
+    (credit_jax/envs/bsuite.py), the swept field data and every episode padded to the
+    bucket's longest;
+  * per setting (`config.buckets = ()`, and always for REINFORCE): one length per cell,
+    or for discounting_chain the mapping seeds with the same bonus chain (`mapping_seed
+    % 5`, bsuite's own rule: seeds 0, 5, 10, 15 are one environment).
+
+Experiments (bsuite's sweeps: `scoring.SWEEPS`):
+  umbrella_length          UmbrellaChain, n_distractor 20, chain_length swept
+  umbrella_distract        UmbrellaChain, chain_length 20, n_distractor swept
+  memory_len               MemoryChain, num_bits 1, memory_length swept
+  memory_size              MemoryChain, memory_length 2, num_bits swept
+  discounting_chain        DiscountingChain, mapping seeds 0..19
   discounting_chain_long   beyond bsuite: reward horizons (1, 3, 10, 30, 100, 300, 1000)
                            in episodes of 1000 steps, the bonus on each chain once
                            (mapping seeds 0..6), scored by discounting_chain's formula
@@ -28,40 +37,81 @@ NUM_EPISODES / E updates.
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import ml_collections
 
+from credit_jax import envs
+from credit_jax.addons import curriculum
 from credit_jax.config import ConfigError
 from credit_jax.envs import bsuite as bsuite_envs
 from credit_jax.experiments.horizon import methods as horizon_methods
 
-EXPERIMENTS = ("umbrella_length", "memory_len", "discounting_chain",
-               "discounting_chain_long")
+EXPERIMENTS = ("umbrella_length", "umbrella_distract", "memory_len", "memory_size",
+               "discounting_chain", "discounting_chain_long")
 ENV_IDS = {"umbrella_length": "bsuite/UmbrellaChain-v0",
+           "umbrella_distract": "bsuite/UmbrellaChain-v0",
            "memory_len": "bsuite/MemoryChain-v0",
+           "memory_size": "bsuite/MemoryChain-v0",
            "discounting_chain": "bsuite/DiscountingChain-v0",
            "discounting_chain_long": "bsuite/DiscountingChain-v0"}
-SETTING_NAMES = {"umbrella_length": "chain_length", "memory_len": "memory_length",
+# The one-program versions (credit_jax/envs/bsuite.py's PaddedChain), registered with
+# credit_jax.envs here, so that a recipe config can name them.
+PADDED_FACTORIES = {"bsuite/PaddedUmbrellaChain-v0": bsuite_envs.PaddedUmbrellaChain,
+                    "bsuite/PaddedMemoryChain-v0": bsuite_envs.PaddedMemoryChain,
+                    "bsuite/PaddedDiscountingChain-v0":
+                        bsuite_envs.PaddedDiscountingChain}
+for _name, _factory in PADDED_FACTORIES.items():
+  envs.register(_name, _factory)
+PADDED_IDS = {"umbrella_length": "bsuite/PaddedUmbrellaChain-v0",
+              "umbrella_distract": "bsuite/PaddedUmbrellaChain-v0",
+              "memory_len": "bsuite/PaddedMemoryChain-v0",
+              "memory_size": "bsuite/PaddedMemoryChain-v0",
+              "discounting_chain": "bsuite/PaddedDiscountingChain-v0",
+              "discounting_chain_long": "bsuite/PaddedDiscountingChain-v0"}
+# bsuite's name of each experiment's setting (the CSV column its analysis groups by).
+SETTING_NAMES = {"umbrella_length": "chain_length", "umbrella_distract": "n_distractor",
+                 "memory_len": "memory_length", "memory_size": "num_bits",
                  "discounting_chain": "mapping_seed",
                  "discounting_chain_long": "mapping_seed"}
-# How each experiment is scored (discounting_chain_long as discounting_chain).
-SCORED_AS = {"umbrella_length": "umbrella_length", "memory_len": "memory_len",
+# The env params field that carries the setting in a padded program.
+SWEPT_FIELDS = {"umbrella_length": "chain_length",
+                "umbrella_distract": "active_distractors",
+                "memory_len": "memory_length", "memory_size": "active_bits",
+                "discounting_chain": "mapping_seed",
+                "discounting_chain_long": "mapping_seed"}
+# How each experiment is scored (bsuite: umbrella_distract as umbrella_length grouped by
+# n_distractor, memory_size as memory_len by num_bits).
+SCORED_AS = {"umbrella_length": "umbrella_length", "umbrella_distract": "umbrella_length",
+             "memory_len": "memory_len", "memory_size": "memory_len",
              "discounting_chain": "discounting_chain",
              "discounting_chain_long": "discounting_chain"}
+UMBRELLA_DISTRACT_LENGTH = 20    # bsuite's umbrella_distract chain_length
+MEMORY_SIZE_LENGTH = 2           # bsuite's memory_size memory_length
+UMBRELLA_LENGTH_DISTRACTORS = 20  # bsuite's umbrella_length n_distractor
+# Families whose recipe takes a setting per run (runner.place_settings); others run
+# one program per setting.
+BUCKETED_FAMILIES = ("ppo", "grpo")
 
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-  """The settings of one experiment that share an environment (one compiled program)."""
+  """The settings of one experiment that run in one compiled program."""
   experiment: str
-  settings: Tuple[int, ...]    # lengths (one) or mapping seeds (several)
+  settings: Tuple[int, ...]    # the settings it runs (lengths, bits, mapping seeds)
+  env_id: str                  # credit_jax.envs.make id
   env_kwargs: tuple            # ((name, value), ...) for credit_jax.envs.make
-  episode_len: int             # steps per episode (all episodes have this length)
+  episode_len: int             # steps per episode in the program (padded: the longest)
+  field: Optional[str] = None  # padded: the env params field each run's setting sets
 
   @property
   def name(self) -> str:
-    """File-name tag: `<experiment>_<setting>` (discounting: `_bonus<chain>`)."""
+    """File-name tag: `<experiment>_<setting>`, a bucket `_<first>-<last>`,
+    discounting per bonus chain `_bonus<chain>`."""
+    if self.field is not None:
+      if len(self.settings) == 1:
+        return f"{self.experiment}_{self.settings[0]}_padded"
+      return f"{self.experiment}_{self.settings[0]}-{self.settings[-1]}"
     if self.experiment.startswith("discounting"):
       return f"{self.experiment}_bonus{self.settings[0]}"
     return f"{self.experiment}_{self.settings[0]}"
@@ -72,11 +122,15 @@ def long_horizons(config) -> Tuple[int, ...]:
 
 
 def settings_of(experiment: str, config) -> Tuple[int, ...]:
-  """The experiment's settings in `config` (lengths or mapping seeds)."""
+  """The experiment's settings in `config` (lengths, sizes or mapping seeds)."""
   if experiment == "umbrella_length":
     return tuple(int(v) for v in config.umbrella_lengths)
+  if experiment == "umbrella_distract":
+    return tuple(int(v) for v in config.umbrella_distractors)
   if experiment == "memory_len":
     return tuple(int(v) for v in config.memory_lengths)
+  if experiment == "memory_size":
+    return tuple(int(v) for v in config.memory_bits)
   if experiment == "discounting_chain":
     return tuple(int(v) for v in config.discounting_mapping_seeds)
   if experiment == "discounting_chain_long":
@@ -92,14 +146,72 @@ def horizons_of(experiment: str, config) -> Tuple[int, ...]:
   return long_horizons(config)
 
 
-def cells_of(experiment: str, config) -> List[Cell]:
-  """The experiment's cells, shortest episodes first."""
-  settings = settings_of(experiment, config)
+def episode_len(experiment: str, setting: int, config) -> int:
+  """Steps of one real episode of `experiment` at `setting`."""
   if experiment == "umbrella_length":
-    return [Cell(experiment, (n,), (("chain_length", n), ("n_distractor", 20)), n)
-            for n in sorted(set(settings))]
+    return int(setting)
+  if experiment == "umbrella_distract":
+    return UMBRELLA_DISTRACT_LENGTH
   if experiment == "memory_len":
-    return [Cell(experiment, (n,), (("memory_length", n), ("num_bits", 1)), n + 1)
+    return int(setting) + 1
+  if experiment == "memory_size":
+    return MEMORY_SIZE_LENGTH + 1
+  return max(horizons_of(experiment, config))
+
+
+def _plain_kwargs(experiment: str, setting: int, config) -> dict:
+  """The unpadded environment's overrides at one setting."""
+  if experiment == "umbrella_length":
+    return {"chain_length": setting, "n_distractor": UMBRELLA_LENGTH_DISTRACTORS}
+  if experiment == "umbrella_distract":
+    return {"chain_length": UMBRELLA_DISTRACT_LENGTH, "n_distractor": setting}
+  if experiment == "memory_len":
+    return {"memory_length": setting, "num_bits": 1}
+  if experiment == "memory_size":
+    return {"memory_length": MEMORY_SIZE_LENGTH, "num_bits": setting}
+  return {"mapping_seed": setting, "reward_horizons": horizons_of(experiment, config)}
+
+
+def buckets_of(experiment: str, config) -> List[Tuple[int, ...]]:
+  """The experiment's settings grouped into one bucket per program: values in
+  (bound[i-1], bound[i]] of `config.buckets` together, each value past the last bound
+  alone; mapping seeds all in one."""
+  settings = sorted(set(settings_of(experiment, config)))
+  if experiment.startswith("discounting"):
+    return [tuple(settings)]
+  bounds = sorted(int(b) for b in config.buckets)
+  groups: Dict[int, List[int]] = {}
+  for s in settings:
+    above = [b for b in bounds if s <= b]
+    groups.setdefault(above[0] if above else -s, []).append(s)
+  return [tuple(v) for _, v in sorted(groups.items(), key=lambda kv: kv[1][0])]
+
+
+def padded_cell(experiment: str, settings: Tuple[int, ...], config) -> Cell:
+  """One program for `settings` of `experiment`: a PaddedChain padded to the longest."""
+  top = max(settings)
+  kwargs = _plain_kwargs(experiment, top, config)
+  field = SWEPT_FIELDS[experiment]
+  if experiment == "umbrella_distract":
+    kwargs["active_distractors"] = top
+  if experiment == "memory_size":
+    kwargs["active_bits"] = top
+  pad_to = max(episode_len(experiment, s, config) for s in settings)
+  kwargs.update(pad_to=pad_to, field=field)
+  return Cell(experiment, tuple(settings), PADDED_IDS[experiment],
+              tuple(sorted(kwargs.items())), pad_to, field)
+
+
+def cells_of(experiment: str, config, method: Optional[str] = None) -> List[Cell]:
+  """The experiment's cells for `method` (None: as PPO), shortest episodes first."""
+  family = family_of(method) if method else "ppo"
+  if tuple(config.buckets) and family in BUCKETED_FAMILIES:
+    return [padded_cell(experiment, b, config) for b in buckets_of(experiment, config)]
+  settings = settings_of(experiment, config)
+  if not experiment.startswith("discounting"):
+    return [Cell(experiment, (n,), ENV_IDS[experiment],
+                 tuple(sorted(_plain_kwargs(experiment, n, config).items())),
+                 episode_len(experiment, n, config))
             for n in sorted(set(settings))]
   horizons = horizons_of(experiment, config)
   chains = len(horizons)
@@ -107,7 +219,8 @@ def cells_of(experiment: str, config) -> List[Cell]:
   for bonus in sorted({m % chains for m in settings}):
     seeds = tuple(m for m in settings if m % chains == bonus)
     kwargs = (("mapping_seed", bonus), ("reward_horizons", tuple(horizons)))
-    cells.append(Cell(experiment, seeds, kwargs, max(horizons)))
+    cells.append(Cell(experiment, seeds, ENV_IDS[experiment], kwargs,
+                      max(horizons)))
   return cells
 
 
@@ -145,8 +258,14 @@ def recipe_config(method: str, cell: Cell, config) -> ml_collections.ConfigDict:
   c = horizon_methods.recipe_config(base, cell.episode_len, spec,
                                     float(config.lrs[family]),
                                     num_updates(cell.experiment, config))
-  c.env_name = ENV_IDS[cell.experiment]
+  c.env_name = cell.env_id
   c.env_kwargs = ml_collections.ConfigDict(dict(cell.env_kwargs))
+  if cell.field is not None and family == "grpo":
+    # A one-stage fixed curriculum on the swept field: its stage value rides in
+    # TrainState.aux["curriculum"]["values"], which runner.place_settings sets per run.
+    curriculum.add_config(c)
+    c.curriculum.kind, c.curriculum.param = "fixed", cell.field
+    c.curriculum.stages, c.curriculum.stage_updates = (max(cell.settings),), ()
   if family == "ppo":
     c.ent_coef = float(config.ppo_ent_coef)
     if opt["critic"] in ("gru", "hist"):

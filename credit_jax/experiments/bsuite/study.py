@@ -53,12 +53,21 @@ def default_config() -> ml_collections.ConfigDict:
   c.experiments = ("umbrella_length", "memory_len",
                    "discounting_chain")  # any of specs.EXPERIMENTS
   c.umbrella_lengths = (1, 3, 10, 30)  # chain lengths (bsuite: 23 of them, 1..100)
+  c.umbrella_distractors = (1, 10, 30, 100)  # umbrella_distract's n_distractor (bsuite:
+                                       # the same 23 values; chain_length 20)
   c.memory_lengths = (1, 3, 10, 30)    # memory lengths (bsuite: the same 23)
+  c.memory_bits = (1, 3, 10, 40)       # memory_size's num_bits (bsuite: 17 of them,
+                                       # 1..40; memory_length 2)
+  c.buckets = (10, 30, 100)            # PPO, GRPO: settings in (b[i-1], b[i]] run in
+                                       # one padded program, each past the last alone;
+                                       # () = one program per setting (as REINFORCE)
   c.discounting_mapping_seeds = scoring.MAPPING_SEEDS  # bsuite's 0..19
   c.discounting_long_horizons = (1, 3, 10, 30, 100, 300, 1000)  # discounting_chain_long
   c.episodes = ml_collections.ConfigDict(
-      {"umbrella_length": 2_000, "memory_len": 2_000, "discounting_chain": 500,
-       "discounting_chain_long": 1_000})  # episodes per setting (bsuite: 10k, 10k, 1k)
+      {"umbrella_length": 2_000, "umbrella_distract": 2_000, "memory_len": 2_000,
+       "memory_size": 2_000, "discounting_chain": 500,
+       "discounting_chain_long": 1_000})  # episodes per setting (bsuite: 10k; 1k for
+                                          # discounting_chain)
   c.episodes_per_update = 20    # whole episodes per update, every method (divides
                                 # each experiment's episodes)
   c.lrs = ml_collections.ConfigDict({"ppo": 1e-3, "grpo": 3e-3, "reinforce": 3e-3})
@@ -77,7 +86,8 @@ def num_seeds(config) -> int:
   """Runs one compiled program vmaps at most (seeds x settings sharing a cell)."""
   widest = 1
   for x in config.experiments:
-    widest = max(widest, max(len(c.settings) for c in specs.cells_of(x, config)))
+    for m in config.methods:
+      widest = max(widest, max(len(c.settings) for c in specs.cells_of(x, config, m)))
   return int(config.seeds) * widest
 
 
@@ -95,8 +105,7 @@ def validate_config(config) -> None:
     if x not in specs.EXPERIMENTS:
       raise ConfigError(f"config.experiments: unknown {x!r}; known: {specs.EXPERIMENTS}")
     settings = specs.settings_of(x, config)
-    if not settings or min(settings) < (1 if x in ("umbrella_length", "memory_len")
-                                        else 0):
+    if not settings or min(settings) < (0 if x.startswith("discounting") else 1):
       raise ConfigError(f"config: {x} needs settings >= 1 (lengths) / >= 0 (mapping "
                         f"seeds), got {settings}")
     if x not in config.episodes:
@@ -105,12 +114,14 @@ def validate_config(config) -> None:
     if n < per or n % per:
       raise ConfigError(f"config.episodes_per_update: {per} must divide "
                         f"config.episodes.{x} = {n}")
+  if any(int(b) < 1 for b in config.buckets):
+    raise ConfigError(f"config.buckets: bounds must be >= 1, got {tuple(config.buckets)}")
   for m in config.methods:
     family = specs.family_of(m)
     if family not in config.lrs:
       raise ConfigError(f"config.lrs: no learning rate for family {family!r} ({m})")
     for x in config.experiments:
-      cell = specs.cells_of(x, config)[0]
+      cell = specs.cells_of(x, config, m)[-1]
       try:
         validate_recipe(specs.recipe_config(m, cell, config))
       except ConfigError as e:
@@ -135,6 +146,7 @@ def _matches(saved: dict, cell: specs.Cell, config) -> bool:
   return (saved.get("settings") == [s for s in cell.settings for _ in range(seeds)]
           and len(saved["episodes"][0]) == specs.num_updates(cell.experiment, config)
           and saved.get("episode_len") == cell.episode_len
+          and saved.get("padded", False) == (cell.field is not None)
           and saved.get("config_key") == _config_key(saved["method"], config))
 
 
@@ -155,8 +167,8 @@ def run(config, workdir: str, log=print) -> dict:
   watch = report.Stopwatch()
   records: Dict[str, Dict[str, List[dict]]] = {}
   missing = []
-  todo = [(x, cell, m) for x in config.experiments for cell in specs.cells_of(x, config)
-          for m in config.methods]
+  todo = [(x, cell, m) for x in config.experiments for m in config.methods
+          for cell in specs.cells_of(x, config, m)]
   for i, (x, cell, method) in enumerate(todo):
     folder = os.path.join(workdir, "cells", method)
     os.makedirs(folder, exist_ok=True)
