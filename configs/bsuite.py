@@ -1,22 +1,24 @@
-"""bsuite's umbrella_length, memory_len and discounting_chain (credit_jax/experiments/bsuite),
-scored as bsuite scores them.
+"""bsuite's umbrella_length, umbrella_distract, memory_len, memory_size and
+discounting_chain (credit_jax/experiments/bsuite), scored as bsuite scores them.
 
   python3 scripts/bsuite.py --config=configs/bsuite.py:small --workdir=DIR
-  python3 scripts/bsuite.py --config=configs/bsuite.py:full --workdir=DIR
+  python3 scripts/bsuite.py --config=configs/bsuite.py:bsuite --workdir=DIR
 
 Variants:
-  "small" (the default; <= 15 min on 2 CPU cores): 3 seeds, PPO (MLP and GRU, gamma 0.99,
-      lambda 0.95), GRPO K = 5 and REINFORCE; chain / memory lengths 1, 3, 10, 30 with
-      2,000 episodes each (bsuite: 23 lengths, 10,000), discounting_chain's 20 mapping
+  "small" (the default; <= 15 min on 2 CPU cores): 3 seeds, PPO (MLP and GRU, gamma
+      0.99, lambda 0.95) and GRPO K = 5, the five experiments on a few of each sweep's
+      settings (lengths 1, 3, 10, 30; distractors 1, 10, 30, 100; context bits 1, 3,
+      10, 40) with 2,000 episodes each (bsuite: 10,000), discounting_chain's 20 mapping
       seeds with 500 episodes (bsuite: 1,000). Its scores are bsuite's formulas on fewer
       episodes, so they are lower than a bsuite-length run's would be.
-  "bsuite": bsuite's own sweep: 5 seeds, the 23 lengths 1..100 with 10,000 episodes,
-      the 20 mapping seeds with 1,000 episodes; PPO MLP, PPO GRU, GRPO K = 5.
+  "bsuite": bsuite's own protocol: the five experiments at bsuite's sweeps and episode
+      counts, 5 seeds; PPO MLP, PPO GRU, GRPO K = 5. ~20.6M env steps per seed and
+      method (docs/results/bsuite.md states its CPU-hours); not run on 2 cores.
   "full": "bsuite" plus chain / memory lengths 300 and 1000 (10,000 episodes each) and
       discounting_chain_long (reward horizons up to 1000 steps, 1,000 episodes per bonus
-      chain). On 2 CPU cores this takes hours; docs/results/bsuite.md says which pieces
-      ran (`--config.methods`, `--config.experiments`, `--config.umbrella_lengths`, ...
-      overrides on one workdir; finished cells are skipped).
+      chain). Pieces run with `--config.methods`, `--config.experiments`,
+      `--config.umbrella_lengths`, ... overrides on one workdir (finished cells are
+      skipped).
   "smoke": seconds; what the tests run.
 Every field is documented in credit_jax/experiments/bsuite/study.py's default_config().
 """
@@ -32,22 +34,25 @@ def get_config(arg=None):
     pass
   elif arg in ("bsuite", "full"):
     c.seeds = 5
-    c.methods = ("ppo_mlp_g0.99_l0.95", "ppo_gru_g0.99_l0.95", "grpo_k5")
     c.umbrella_lengths = scoring.BSUITE_LENGTHS
+    c.umbrella_distractors = scoring.BSUITE_LENGTHS
     c.memory_lengths = scoring.BSUITE_LENGTHS
-    c.episodes.umbrella_length = scoring.NUM_EPISODES["umbrella_length"]
-    c.episodes.memory_len = scoring.NUM_EPISODES["memory_len"]
-    c.episodes.discounting_chain = scoring.NUM_EPISODES["discounting_chain"]
+    c.memory_bits = scoring.MEMORY_SIZE_BITS
+    for x in c.experiments:
+      c.episodes[x] = scoring.NUM_EPISODES[x]
     if arg == "full":
       c.umbrella_lengths = scoring.BSUITE_LENGTHS + (300, 1000)
       c.memory_lengths = scoring.BSUITE_LENGTHS + (300, 1000)
-      c.experiments = ("umbrella_length", "memory_len", "discounting_chain",
-                       "discounting_chain_long")
+      c.experiments = c.experiments + ("discounting_chain_long",)
   elif arg == "smoke":
     c.seeds = 2
     c.methods = ("ppo_mlp_g0.99_l0.95", "grpo_k5")
     c.umbrella_lengths = (1, 3)
     c.memory_lengths = (2,)
+    c.umbrella_distractors = (1, 4)
+    c.memory_bits = (1, 3)
+    c.episodes.umbrella_distract = 100
+    c.episodes.memory_size = 100
     c.discounting_mapping_seeds = (0, 5, 1)
     c.episodes.umbrella_length = 100
     c.episodes.memory_len = 100

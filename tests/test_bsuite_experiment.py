@@ -50,10 +50,16 @@ def test_outputs_and_resume(learned):
                "curves_umbrella_length.png", "bsuite_format/ppo_mlp_g0.99_l0.95.csv"):
     assert os.path.getsize(os.path.join(workdir, name)) > 100, name
   rec = json.load(open(os.path.join(workdir, "cells", "ppo_mlp_g0.99_l0.95",
-                                    "umbrella_length_3.json")))
+                                    "umbrella_length_3_padded.json")))
   episodes = np.asarray(rec["episodes"])
   assert episodes.shape == (2, 100) and np.all(episodes == 20)   # one episode per env
-  assert rec["env_steps"] == 2_000 * 3
+  assert rec["env_steps_per_seed"] == rec["program_steps_per_seed"] == 2_000 * 3
+  gaps = np.asarray(rec["critic_gap"])                 # the umbrella critic probe
+  assert gaps.shape == (2, 2) and np.all(np.isfinite(gaps))
+  probe = summary["methods"]["ppo_mlp_g0.99_l0.95"]["umbrella_length"]["critic_probe"]
+  assert probe[3]["ideal"] == pytest.approx(2 * 0.99)
+  # a critic that learned the right umbrella at L = 3 values it above the wrong one
+  assert min(probe[3]["seed_final"]) > 0.1, probe[3]
   assert any("update 100/100" in line for line in lines)
   again = []
   rerun = bsuite.run(config, workdir, log=again.append)
@@ -100,12 +106,12 @@ def test_config_errors_name_the_field(field, value, match):
 
 def test_cells_group_mapping_seeds_by_bonus_chain_and_keys_are_per_run():
   config = load_config("bsuite", "full")
-  cells = specs.cells_of("discounting_chain", config)
+  cells = specs.cells_of("discounting_chain", config, "reinforce")
   assert [c.settings for c in cells] == [(0, 5, 10, 15), (1, 6, 11, 16), (2, 7, 12, 17),
                                          (3, 8, 13, 18), (4, 9, 14, 19)]
   assert [c.episode_len for c in specs.cells_of("memory_len", config)][-2:] == [301, 1001]
   assert specs.cells_of("discounting_chain_long", config)[-1].episode_len == 1000
-  assert bsuite.num_seeds(config) == 4 * config.seeds
+  assert bsuite.num_seeds(config) == 20 * config.seeds   # discounting: one program
   from credit_jax.experiments.bsuite import runner
   keys = np.asarray(runner.run_keys(cells[0], config))
   assert keys.shape == (4 * config.seeds, 2)
@@ -114,15 +120,17 @@ def test_cells_group_mapping_seeds_by_bonus_chain_and_keys_are_per_run():
 
 def test_method_names_pick_the_recipe_and_network():
   config = load_config("bsuite", "smoke")
-  cell = specs.cells_of("memory_len", config)[0]
+  cell = specs.cells_of("memory_len", config, "grpo_k5_gru")[0]
   gru = specs.recipe_config("grpo_k5_gru", cell, config)
   assert (gru.algo, gru.network.kind, gru.group_size, gru.num_tasks) == \
       ("grpo", "gru", 5, 4)
+  assert (gru.curriculum.kind, gru.curriculum.param) == ("fixed", "memory_length")
   ppo = specs.recipe_config("ppo_gru_g0.99_l0.95", cell, config)
   assert (ppo.algo, ppo.network.kind, ppo.num_steps, ppo.num_envs) == \
       ("ppo", "gru", 3, 20)
   assert (ppo.gamma, ppo.gae_lambda, ppo.env_name) == \
-      (0.99, 0.95, "bsuite/MemoryChain-v0")
+      (0.99, 0.95, "bsuite/PaddedMemoryChain-v0")
+  cell = specs.cells_of("memory_len", config, "reinforce")[0]
   rf = specs.recipe_config("reinforce", cell, config)
   assert (rf.algo, rf.num_envs, rf.horizon, rf.credit) == ("reinforce", 20, 3, "terminal")
   config.methods = ("grpo_k5_gru", "reinforce_rtg")

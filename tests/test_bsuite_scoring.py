@@ -94,8 +94,8 @@ def test_bad_rows_are_refused():
 def record(experiment, settings, seeds, episodes, successes, returns):
   return {"method": "m", "experiment": experiment, "cell": "c", "episode_len": 3,
           "settings": settings, "seeds": seeds, "episodes": episodes,
-          "successes": successes, "return_sum": returns, "env_steps": 30,
-          "compile_s": 0.0, "run_s": 0.0}
+          "successes": successes, "return_sum": returns, "env_steps_per_seed": 30,
+          "program_steps_per_seed": 30, "compile_s": 0.0, "run_s": 0.0}
 
 
 def small_config():
@@ -148,7 +148,7 @@ def test_lengths_past_bsuites_sweep_are_reported_but_not_scored():
   only = analysis.summarize_experiment("umbrella_length", [beyond], config)
   assert only["bsuite_score"] is None and only["seed_score_min"] is None
   table = "\n".join(outputs.markdown_tables({"m": {"umbrella_length": s}}))
-  assert "0.50 [0.50, 0.50] (2/23 settings)" in table
+  assert "0.50 [0.50, 0.50] (pooled 0.50) (2/23 settings)" in table
 
 
 def test_discounting_summary_pools_bonus_rates():
@@ -218,3 +218,61 @@ def test_bsuite_format_csv_is_scored_by_bsuite_as_by_us(tmp_path):
     header = next(csv.reader(f))
   assert header[:3] == ["bsuite_id", "bsuite_env", "episode"]
   assert set(df[df.bsuite_env == "umbrella_length_beyond"].chain_length) == {300}
+
+
+# --- per-seed scores: the headline, and bsuite's analysis one seed at a time ----------
+
+def test_headline_is_the_mean_of_per_seed_scores_not_the_pooled_score():
+  # memory_len at L = 30, three seeds recalling 55%, 55% and 95% of 40 episodes: pooled
+  # (68%) passes bsuite's threshold (> 62.5% right), two of the three seeds do not.
+  config = small_config()
+  config.episodes.memory_len = 40
+  recs = [record("memory_len", [30, 30, 30], [0, 1, 2], [[20, 20]] * 3,
+                 [[11, 11], [11, 11], [19, 19]], [[0.0, 0.0]] * 3)]
+  s = analysis.summarize_experiment("memory_len", recs, config)
+  assert s["bsuite_score"] == 1.0
+  assert s["seed_scores"] == [0.0, 0.0, 1.0]
+  assert s["seed_score_mean"] == pytest.approx(1 / 3)
+  table = "\n".join(outputs.markdown_tables({"m": {"memory_len": s}}))
+  assert "0.33 [0.00, 1.00] (pooled 1.00) (1/23 settings)" in table
+
+
+def _random_records(experiment, settings, seeds, rng, updates=3, per_update=20):
+  recs = []
+  for setting in settings:
+    succ = rng.integers(0, per_update + 1, size=(len(seeds), updates))
+    ret = rng.normal(size=(len(seeds), updates)) * 5
+    if experiment == "discounting_chain":   # every chain pays 1, the bonus chain 1.1
+      ret = per_update + 0.1 * succ
+    recs.append(record(experiment, [setting] * len(seeds), list(seeds),
+                       [[per_update] * updates] * len(seeds), succ.tolist(),
+                       ret.tolist()))
+  return recs
+
+
+@pytest.mark.parametrize("experiment,module,settings", [
+    ("umbrella_length", "umbrella_length", (1, 5, 30)),
+    ("umbrella_distract", "umbrella_distract", (1, 20, 100)),
+    ("memory_len", "memory_len", (1, 3, 10)),
+    ("memory_size", "memory_size", (1, 12, 40)),
+    ("discounting_chain", "discounting_chain", (0, 3, 7, 19)),
+])
+def test_bsuite_scores_each_seed_of_our_csv_as_we_do(tmp_path, experiment, module,
+                                                     settings):
+  pd = pytest.importorskip("pandas")
+  bsuite_analysis = oracles.import_oracle(f"bsuite.experiments.{module}.analysis")
+  config = small_config()
+  config.episodes[experiment] = 60
+  rng = np.random.default_rng(len(experiment))
+  seeds = (0, 1, 2)
+  for trial in range(5):
+    records = {"m": {experiment: _random_records(experiment, settings, seeds, rng)}}
+    outputs.write_bsuite_format(records, str(tmp_path))
+    df = pd.read_csv(os.path.join(tmp_path, "bsuite_format", "m.csv"))
+    ours = analysis.summarize(records, config)["m"][experiment]
+    theirs = [bsuite_analysis.score(df[(df.bsuite_env == experiment) & (df.seed == j)])
+              for j in seeds]
+    assert ours["seed_scores"] == pytest.approx(theirs), trial
+    assert ours["seed_score_mean"] == pytest.approx(np.mean(theirs))
+    assert ours["bsuite_score"] == pytest.approx(
+        bsuite_analysis.score(df[df.bsuite_env == experiment]))

@@ -23,6 +23,7 @@ import numpy as np
 
 from credit_jax.experiments import report
 from credit_jax.experiments.bsuite import scoring, specs
+from credit_jax.experiments.horizon import methods as horizon_methods
 
 
 def cumulative(record: dict) -> Dict[str, np.ndarray]:
@@ -134,6 +135,9 @@ def summarize_experiment(experiment: str, records: List[dict], config) -> dict:
          "programs": len(records),
          "compile_s": float(sum(r["compile_s"] for r in records)),
          "run_s": float(sum(r["run_s"] for r in records))}
+  probe = critic_probe(experiment, records)
+  if probe:
+    out["critic_probe"] = probe
   if specs.SCORED_AS[experiment] == "discounting_chain":
     def pooled(part):
       return _rate(sum(v[part]["successes"] for v in settings.values()),
@@ -164,6 +168,31 @@ def summarize_experiment(experiment: str, records: List[dict], config) -> dict:
         [settings[n]["final"]["episodes"] for n in lengths], float(config.level))
     out["longest_at_level"] = longest
     out["longest_at_level_final"] = settings[longest]["final"] if longest else None
+  return out
+
+
+def critic_probe(experiment: str, records: List[dict]) -> Dict[int, dict]:
+  """{setting: the umbrella critic probe} from records that carry `critic_gap`
+  (runner.py): per seed the gap V(right) - V(wrong) at step 2 after each chunk, their
+  mean curve, the final mean, and the gap a critic that knows the final reward's sign
+  gives, 2 gamma^(L - 2) (gamma from the method's name)."""
+  out: Dict[int, dict] = {}
+  for rec in records:
+    if "critic_gap" not in rec:
+      continue
+    gamma = horizon_methods.parse(specs.split_gru(rec["method"])[0])[1]["gamma"]
+    gaps = np.asarray(rec["critic_gap"], np.float64)            # [R, chunks]
+    for setting in sorted(set(rec["settings"])):
+      sel = np.asarray(rec["settings"]) == setting
+      length = (specs.UMBRELLA_DISTRACT_LENGTH if experiment == "umbrella_distract"
+                else int(setting))
+      if length < 2:      # no step 2: the umbrella choice is the last step
+        continue
+      curve = gaps[sel].mean(axis=0)
+      out[int(setting)] = {"episodes": list(rec["probe_episodes"]),
+                           "curve": curve.tolist(), "final": float(curve[-1]),
+                           "seed_final": gaps[sel, -1].tolist(),
+                           "ideal": float(2.0 * gamma ** (length - 2))}
   return out
 
 

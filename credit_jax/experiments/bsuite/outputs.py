@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from credit_jax.experiments import report
 from credit_jax.experiments.bsuite import analysis, scoring, specs
 
-SHORT = {"umbrella_length": "umbrella", "memory_len": "memory",
+SHORT = {"umbrella_length": "umbrella", "umbrella_distract": "umb. distract",
+         "memory_len": "memory", "memory_size": "mem. size",
          "discounting_chain": "discounting", "discounting_chain_long": "discount. long"}
 
 
@@ -30,8 +31,9 @@ def write_bsuite_format(records: Dict[str, Dict[str, List[dict]]], workdir: str)
   """bsuite_format/<method>.csv: every run's cumulative totals after every update."""
   folder = os.path.join(workdir, "bsuite_format")
   os.makedirs(folder, exist_ok=True)
+  names = ["chain_length", "n_distractor", "memory_length", "num_bits", "mapping_seed"]
   columns = ["bsuite_id", "bsuite_env", "episode", "total_return", "total_regret",
-             "total_perfect", "chain_length", "memory_length", "mapping_seed", "seed"]
+             "total_perfect"] + names + ["seed"]
   for method, by_exp in records.items():
     with open(os.path.join(folder, f"{method}.csv"), "w", newline="") as f:
       out = csv.writer(f)
@@ -44,21 +46,21 @@ def write_bsuite_format(records: Dict[str, Dict[str, List[dict]]], workdir: str)
         swept = analysis.in_sweep(experiment, rows["setting"])
         for i in range(rows["episode"].shape[0]):
           setting = int(rows["setting"][i])
-          cells = {"chain_length": "", "memory_length": "", "mapping_seed": ""}
+          cells = {n: "" for n in names}
           cells[name] = setting
           env = experiment if swept[i] else f"{experiment}_beyond"
           out.writerow([f"{env}/{setting}", env, int(rows["episode"][i]),
                         f"{rows['total_return'][i]:.6g}", f"{rows['total_regret'][i]:g}",
-                        int(rows["total_perfect"][i]), cells["chain_length"],
-                        cells["memory_length"], cells["mapping_seed"],
-                        int(rows["seed"][i])])
+                        int(rows["total_perfect"][i])] + [cells[n] for n in names]
+                       + [int(rows["seed"][i])])
 
 
 def write_results(summary: dict, workdir: str) -> None:
   """results.csv (per method, experiment and setting) and results.md (the tables)."""
   with open(os.path.join(workdir, "results.csv"), "w", newline="") as f:
     out = csv.writer(f)
-    out.writerow(["method", "experiment", "setting", "bsuite_score", "whole_rate",
+    out.writerow(["method", "experiment", "setting", "seed_mean_score",
+                  "pooled_score", "whole_rate",
                   "final_rate", "final_wilson_low", "final_wilson_high", "final_episodes",
                   "seeds_at_level", "seeds"])
     for method, by_exp in summary.items():
@@ -66,7 +68,8 @@ def write_results(summary: dict, workdir: str) -> None:
         for setting, v in sorted(s["per_setting"].items()):
           fin = v["final"]
           score = "" if s["bsuite_score"] is None else f"{s['bsuite_score']:.4f}"
-          out.writerow([method, experiment, setting, score,
+          mean = "" if s["seed_score_mean"] is None else f"{s['seed_score_mean']:.4f}"
+          out.writerow([method, experiment, setting, mean, score,
                         f"{v['whole']['rate']:.4f}", f"{fin['rate']:.4f}",
                         f"{fin['wilson'][0]:.4f}", f"{fin['wilson'][1]:.4f}",
                         fin["episodes"], v["seeds_at_level"], v["seeds"]])
@@ -75,12 +78,13 @@ def write_results(summary: dict, workdir: str) -> None:
 
 
 def _score_cell(s) -> str:
-  """A score table cell: pooled score [per-seed min, max], and the share of bsuite's
-  sweep it covers when that is not all of it."""
+  """A score table cell: the mean of the per-seed scores [their min, max] (pooled: the
+  score of all seeds' runs pooled), and the share of bsuite's sweep it covers when that
+  is not all of it."""
   if s is None or s["bsuite_score"] is None:
     return "-"
-  cell = (f"{s['bsuite_score']:.2f} [{s['seed_score_min']:.2f}, "
-          f"{s['seed_score_max']:.2f}]")
+  cell = (f"{s['seed_score_mean']:.2f} [{s['seed_score_min']:.2f}, "
+          f"{s['seed_score_max']:.2f}] (pooled {s['bsuite_score']:.2f})")
   if len(s["scored_settings"]) < s["sweep_size"]:
     cell += f" ({len(s['scored_settings'])}/{s['sweep_size']} settings)"
   return cell
@@ -95,8 +99,10 @@ def markdown_tables(summary: dict) -> List[str]:
   """The score table and one final-rate table per experiment, as markdown lines."""
   methods = list(summary)
   experiments = [x for x in specs.EXPERIMENTS if any(x in summary[m] for m in methods)]
-  lines = ["bsuite score (all seeds' runs pooled as bsuite's analysis pools runs; in "
-           "brackets the per-seed scores' min-max); random agent: "
+  lines = ["bsuite score: the mean over seeds of each seed's score (each seed's runs "
+           "scored as bsuite scores one run per setting), in brackets the per-seed "
+           "scores' min-max, then the score of all seeds' runs pooled (labelled; bsuite's "
+           "analysis pools whatever runs it is given); random agent: "
            + ", ".join(f"{k} {v:g}" for k, v in scoring.RANDOM_SCORES.items()), ""]
   rows = []
   for m in methods:
@@ -141,12 +147,73 @@ def markdown_tables(summary: dict) -> List[str]:
                    f"{v['seeds_at_level']}/{v['seeds']})")
       rows.append(row)
     lines += report.table([column] + methods, rows)
-  return lines
+  return lines + cost_table(summary) + probe_table(summary)
+
+
+def cost_table(summary: dict) -> List[str]:
+  """Per (method, experiment): compiled programs, compile and run seconds, real env
+  steps (padding excluded) and the steps the programs computed, and real env steps/s."""
+  rows = []
+  for m, by_exp in summary.items():
+    for x, s in by_exp.items():
+      seeds = len(s["seed_scores"])
+      real = s["env_steps_per_seed"] * seeds
+      rows.append([m, x, s["programs"], f"{s['compile_s']:.0f}", f"{s['run_s']:.0f}",
+                   f"{real:,}", f"{s['program_steps_per_seed'] * seeds:,}",
+                   f"{real / max(s['run_s'], 1e-9):,.0f}"])
+  return (["", "Cost: compiled programs, their compile and run seconds, env steps of "
+           "real episodes (all seeds) and the steps the programs computed (padding "
+           "included), real env steps per second of run time", ""]
+          + report.table(["method", "experiment", "programs", "compile s", "run s",
+                          "env steps", "program steps", "env steps/s"], rows))
+
+
+def probe_table(summary: dict) -> List[str]:
+  """The umbrella critic probe per (method, experiment, setting) as markdown lines:
+  V(right) - V(wrong) at step 2 at a quarter, half and all of training (mean over
+  seeds), the per-seed final values and the gap a critic knowing the sign gives."""
+  rows = []
+  for m, by_exp in summary.items():
+    for x, s in by_exp.items():
+      for setting, p in sorted(s.get("critic_probe", {}).items()):
+        c = p["curve"]
+        at = [c[max(0, int(round(f * len(c))) - 1)] for f in (0.25, 0.5, 1.0)]
+        rows.append([m, x, setting] + [f"{v:+.3f}" for v in at]
+                    + [", ".join(f"{v:+.2f}" for v in p["seed_final"]),
+                       f"{p['ideal']:.3f}"])
+  if not rows:
+    return []
+  return (["", "Umbrella critic probe (PPO MLP): V(right) - V(wrong) at step 2, mean "
+           "over seeds, after 25% / 50% / 100% of the episodes; a critic that knows "
+           "the final reward's sign gives 2 gamma^(L - 2)", ""]
+          + report.table(["method", "experiment", "setting", "25%", "50%", "end",
+                          "per-seed end", "2 gamma^(L-2)"], rows))
+
+
+def probe_figure(summary: dict, workdir: str) -> Optional[str]:
+  """critic_probe.png: the probe's curve per setting, one panel per (method,
+  experiment) that has it; None when none has."""
+  panels = [(m, x, s["critic_probe"]) for m, by_exp in summary.items()
+            for x, s in by_exp.items() if s.get("critic_probe")]
+  if not panels:
+    return None
+  fig, axes = report.figure(1, len(panels), figsize=(4.4 * len(panels), 3.6))
+  for ax, (m, x, probe) in zip(axes[0], panels):
+    settings = sorted(probe)
+    for c, setting in zip(_colours(len(settings)), settings):
+      p = probe[setting]
+      ax.plot(p["episodes"], p["curve"], color=c, lw=1, label=str(setting))
+    ax.axhline(0.0, color="k", lw=0.6)
+    ax.set_title(f"{m}\n{x}", fontsize=8)
+    ax.set_xlabel("episodes per run")
+    ax.set_ylabel("V(right) - V(wrong) at step 2")
+    ax.legend(title=specs.SETTING_NAMES[x], fontsize=6, ncol=2)
+  return report.save_figure(fig, workdir, "critic_probe.png")
 
 
 def score_figure(summary: dict, workdir: str) -> str:
   """scores.png: bsuite-style bars, one group per experiment, one bar per method
-  (pooled score; whiskers: the per-seed scores' range), the random agent dashed."""
+  (the mean of the per-seed scores; whiskers: their range), the random agent dashed."""
   methods = list(summary)
   experiments = [x for x in specs.EXPERIMENTS if any(x in summary[m] for m in methods)]
   fig, axes = report.figure(1, 1, figsize=(2.2 + 1.6 * len(experiments), 4.0))
@@ -159,9 +226,9 @@ def score_figure(summary: dict, workdir: str) -> str:
       if s is None or s["bsuite_score"] is None:
         continue
       xs.append(j + (i - (len(methods) - 1) / 2) * width)
-      ys.append(s["bsuite_score"])
-      lo.append(s["bsuite_score"] - s["seed_score_min"])
-      hi.append(s["seed_score_max"] - s["bsuite_score"])
+      ys.append(s["seed_score_mean"])
+      lo.append(s["seed_score_mean"] - s["seed_score_min"])
+      hi.append(s["seed_score_max"] - s["seed_score_mean"])
     ax.bar(xs, ys, width, yerr=[np.maximum(lo, 0), np.maximum(hi, 0)], capsize=2,
            label=m)
   for j, x in enumerate(experiments):
@@ -170,7 +237,7 @@ def score_figure(summary: dict, workdir: str) -> str:
   ax.set_xticks(range(len(experiments)))
   ax.set_xticklabels([SHORT[x] for x in experiments])
   ax.set_ylim(0, 1.02)
-  ax.set_ylabel("bsuite score")
+  ax.set_ylabel("bsuite score (mean of per-seed scores)")
   ax.set_title("bsuite score per experiment (dashed: random agent)")
   ax.legend(fontsize=7, loc="upper right")
   return report.save_figure(fig, workdir, "scores.png")

@@ -1,30 +1,35 @@
-"""Experiment: bsuite's umbrella_length, memory_len and discounting_chain, run with
-bsuite's settings and scored as bsuite scores them, then pushed past bsuite's lengths.
+"""Experiment: bsuite's umbrella_length, umbrella_distract, memory_len, memory_size and
+discounting_chain, run with bsuite's settings and scored as bsuite scores them (per
+seed), then pushed past bsuite's lengths.
 
   python3 scripts/bsuite.py --config=configs/bsuite.py:small --workdir=DIR
   python3 scripts/bsuite.py --config=configs/bsuite.py:full --workdir=DIR
 
 Environments: credit_jax/envs/bsuite.py (bsuite's definitions on gymnax's JAX chains;
-its docstring lists what differs from gymnax's versions and why). Settings (:full):
-bsuite's sweeps (23 chain / memory lengths 1..100; mapping seeds 0..19) and its episodes
-per setting (10,000; 1,000 for discounting_chain), plus lengths 300 and 1000 and a
-discounting chain with horizons up to 1000 (`discounting_chain_long`). Methods: any of
+its docstring lists what differs from gymnax's versions and why). Settings (`:bsuite`):
+bsuite's sweeps (23 chain / memory lengths and distractor counts 1..100; 17 context
+sizes 1..40; mapping seeds 0..19) and its episodes per setting (10,000; 1,000 for
+discounting_chain); `:full` adds lengths 300 and 1000 and a discounting chain with
+horizons up to 1000 (`discounting_chain_long`). Methods: any of
 credit_jax/experiments/bsuite/specs.py (PPO with an MLP or a GRU, GRPO, REINFORCE), all
 through `credit_jax.algos.make_train` with the same episodes per update.
 
-Cells (specs.py): one per (method, experiment, length or bonus chain), its settings x
-seeds vmapped in one compiled program. A finished cell writes
+Cells (specs.py): for PPO and GRPO one per bucket of settings (`config.buckets`: lengths
+1-10, 12-30, 40-100; the mapping seeds together), the bucket's settings x seeds vmapped
+in one compiled program on a padded chain (runner.py says how each run gets its
+setting); for REINFORCE one per setting. A finished cell writes
 `cells/<method>/<cell>.json`; a rerun of the same command skips it (a killed run
 resumes at the first unfinished cell), and `--config.methods` / `--config.experiments`
 overrides run a study in pieces on one workdir; the summary covers every cell saved
 there that belongs to the config.
 
-Writes: summary.json / summary.md (bsuite scores per experiment and method, over the
-settings of bsuite's sweep; per method
-the longest length with >= `level` right choices / recalls and the discounting
-bonus-chain rate, with Wilson intervals), results.csv / results.md, scores.png (bars),
-curves_<experiment>.png (per-length learning curves), bsuite_format/<method>.csv (rows
-bsuite's own analysis can score).
+Writes: summary.json / summary.md (per experiment and method the mean of the per-seed
+bsuite scores, each seed scored as bsuite scores one run, with the pooled score
+labelled beside it; per method the longest length with >= `level` right choices /
+recalls and the discounting bonus-chain rate, with Wilson intervals; the umbrella
+critic probe), results.csv / results.md, scores.png (bars), curves_<experiment>.png
+(per-setting learning curves), critic_probe.png, bsuite_format/<method>.csv (rows
+bsuite's own analysis can score, a `seed` column to score one seed at a time).
 """
 from __future__ import annotations
 
@@ -48,9 +53,10 @@ def default_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seeds = 3                   # seeds per setting (vmapped with the cell's settings)
   c.seed = 0                    # base RNG seed
-  c.methods = ("ppo_mlp_g0.99_l0.95", "ppo_gru_g0.99_l0.95", "grpo_k5",
-               "reinforce")     # method names, see specs.py
-  c.experiments = ("umbrella_length", "memory_len",
+  c.methods = ("ppo_mlp_g0.99_l0.95", "ppo_gru_g0.99_l0.95",
+               "grpo_k5")       # method names, see specs.py ("reinforce" runs one
+                                # program per setting)
+  c.experiments = ("umbrella_length", "umbrella_distract", "memory_len", "memory_size",
                    "discounting_chain")  # any of specs.EXPERIMENTS
   c.umbrella_lengths = (1, 3, 10, 30)  # chain lengths (bsuite: 23 of them, 1..100)
   c.umbrella_distractors = (1, 10, 30, 100)  # umbrella_distract's n_distractor (bsuite:
@@ -203,12 +209,13 @@ def run(config, workdir: str, log=print) -> dict:
     outputs.write_results(summary["methods"], workdir)
     outputs.write_bsuite_format(records, workdir)
     outputs.score_figure(summary["methods"], workdir)
+    outputs.probe_figure(summary["methods"], workdir)
     outputs.curve_figures(records, config, workdir)
   return report.write_summary(workdir, summary, _markdown(summary))
 
 
 def _markdown(summary: dict) -> str:
-  lines = ["# bsuite: umbrella_length, memory_len, discounting_chain", ""]
+  lines = ["# bsuite: " + ", ".join(summary["config"]["experiments"]), ""]
   lines += outputs.markdown_tables(summary["methods"]) if summary["methods"] else []
   if summary["missing"]:
     lines += ["", f"Not run: {len(summary['missing'])} cells (new_cells=False)."]
