@@ -48,6 +48,12 @@ def _padded_env(experiment, settings, pad_to):
   return envs.make(cell.env_id, **kwargs), config
 
 
+def _same_obs(a, b):
+  # a traced setting (1 - t / L with L traced) can round the time feature in the last
+  # bit where the unpadded chain's constant L is folded
+  np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
 def _scan(env, params, state, keys, actions):
   def body(s, xs):
     k, a = xs
@@ -84,7 +90,7 @@ def test_padded_chain_steps_as_the_chain_then_pads(experiment, settings, pad_to)
     obs0, p_state = env.reset(key, p_params)
     plain_obs0, state = plain.reset(key, plain_params)
     d = plain_obs0.shape[0]
-    np.testing.assert_array_equal(obs0[:d], plain_obs0)
+    _same_obs(obs0[:d], plain_obs0)
     assert not np.any(np.asarray(obs0[d:]))
     want = jax.device_get(_scan(plain, plain_params, state, keys, actions))
     got = jax.device_get(_scan(env, params, p_state, p_keys, p_actions))
@@ -96,11 +102,12 @@ def test_padded_chain_steps_as_the_chain_then_pads(experiment, settings, pad_to)
       for t in range(n):
         i, j = e * n + t, e * pad_to + t
         last = t == n - 1
-        np.testing.assert_array_equal(g_final[j][:d], w_final[i])
+        _same_obs(g_final[j][:d], w_final[i])
         assert (g_r[j], g_term[j], g_succ[j]) == (w_r[i], w_term[i], w_succ[i])
         assert bool(g_term[j]) == last
         if not last or pad == 0:
-          np.testing.assert_array_equal(g_obs[j][:d], w_obs[i])   # next step / reset
+          _same_obs(g_obs[j][:d], w_obs[i])   # the next step's / the reset's
+          assert not np.any(g_obs[j][d:])     # bits past the setting read 0
         else:
           np.testing.assert_array_equal(g_obs[j], pad_obs)
       for t in range(pad):
@@ -109,7 +116,7 @@ def test_padded_chain_steps_as_the_chain_then_pads(experiment, settings, pad_to)
         assert bool(g_term[j]) == (t == pad - 1)
         np.testing.assert_array_equal(g_final[j], pad_obs)
         if t == pad - 1:   # the next episode starts as the plain chain's reset drew it
-          np.testing.assert_array_equal(g_obs[j][:d], w_obs[e * n + n - 1])
+          _same_obs(g_obs[j][:d], w_obs[e * n + n - 1])
         else:
           np.testing.assert_array_equal(g_obs[j], pad_obs)
     assert int(w_term.sum()) == episodes and int(g_term.sum()) == episodes * (
@@ -197,7 +204,7 @@ def test_bucketed_program_gives_the_per_setting_programs_runs(method, experiment
                                  rtol=0, atol=1e-4)
   mine = analysis.summarize_experiment(experiment, [padded], config)
   theirs = analysis.summarize_experiment(experiment, plain, config)
-  assert mine["seed_scores"] == theirs["seed_scores"]
+  assert mine["seed_scores"] == pytest.approx(theirs["seed_scores"], abs=1e-5)
   assert mine["bsuite_score"] == pytest.approx(theirs["bsuite_score"])
   assert padded["env_steps_per_seed"] == sum(r["env_steps_per_seed"] for r in plain)
   assert padded["program_steps_per_seed"] >= padded["env_steps_per_seed"]
