@@ -82,7 +82,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.gru_size = 64               # GRU width
   c.level = 0.9                 # right-choice level for "longest length at level"
   c.final_fraction = 0.1        # final window: the last 10% of a run's updates
-  c.chunk_updates = 50          # updates per compiled call (gcd with a run's updates)
+  c.chunk_updates = 10          # updates per compiled call (gcd with a run's updates;
+                                # the critic probe is taken after each)
   c.curve_smooth = 10           # updates averaged per point of a learning curve
   c.new_cells = True            # False: train nothing, summarise the saved cells
   return c
