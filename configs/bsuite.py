@@ -5,14 +5,16 @@ discounting_chain (credit_jax/experiments/bsuite), scored as bsuite scores them.
   python3 scripts/bsuite.py --config=configs/bsuite.py:bsuite --workdir=DIR
 
 Variants:
-  "small" (the default; <= 15 min on 2 CPU cores): 3 seeds, PPO (MLP and GRU, gamma
-      0.99, lambda 0.95) and GRPO K = 5, the five experiments on a few of each sweep's
+  "small" (the default; <= 15 min on 2 CPU cores): 3 seeds, PPO with an MLP (gamma
+      0.99, lambda 0.95) and GRPO K = 5 on the five experiments, PPO with a GRU on the
+      two memory experiments, each on a few of the sweep's
       settings (lengths 1, 3, 10, 30; distractors 1, 10, 30, 100; context bits 1, 3,
       10, 40) with 2,000 episodes each (bsuite: 10,000), discounting_chain's 20 mapping
       seeds with 500 episodes (bsuite: 1,000). Its scores are bsuite's formulas on fewer
       episodes, so they are lower than a bsuite-length run's would be.
   "bsuite": bsuite's own protocol: the five experiments at bsuite's sweeps and episode
-      counts, 5 seeds; PPO MLP, PPO GRU, GRPO K = 5. ~20.6M env steps per seed and
+      counts, 5 seeds; PPO MLP and GRPO K = 5 on all five, PPO GRU on the memory
+      experiments. ~20.6M env steps per seed and
       method (docs/results/bsuite.md states its CPU-hours); not run on 2 cores.
   "full": "bsuite" plus chain / memory lengths 300 and 1000 (10,000 episodes each) and
       discounting_chain_long (reward horizons up to 1000 steps, 1,000 episodes per bonus
@@ -47,6 +49,7 @@ def get_config(arg=None):
   elif arg == "smoke":
     c.seeds = 2
     c.methods = ("ppo_mlp_g0.99_l0.95", "grpo_k5")
+    c.memory_methods = ()
     c.umbrella_lengths = (1, 3)
     c.memory_lengths = (2,)
     c.umbrella_distractors = (1, 4)

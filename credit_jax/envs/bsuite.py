@@ -57,6 +57,19 @@ every chain pays 1, so a positive return is no guide either).
 Beyond bsuite: any `chain_length` / `memory_length` >= 1 (bsuite's sweeps stop at 100),
 and `DiscountingChain(reward_horizons=...)` for chains past 100 steps (the episode then
 lasts `max(reward_horizons)` steps).
+
+umbrella_distract (chain_length 20, n_distractor swept) and memory_size (memory_length
+2, num_bits swept) change the observation's size; so that their settings share one
+program, `UmbrellaParams.active_distractors` and `MemoryParams.active_bits` (traced,
+default: all of `n_distractor` / `num_bits`, which is bsuite's chain unchanged) show only
+the first bits and set the rest to 0, and MemoryChain draws its query among the active
+bits. The same draws as the chain of that size: the bits are drawn for the largest size,
+and a prefix of a draw is the draw of the prefix (JAX's partitionable threefry).
+
+`PaddedChain` (and `PaddedUmbrellaChain`, `PaddedMemoryChain`,
+`PaddedDiscountingChain`, registered by credit_jax/experiments/bsuite/specs.py): a chain
+whose swept setting is data and whose episodes are padded to a fixed length, so that a
+sweep's settings run in one compiled program; see its docstring.
 """
 from __future__ import annotations
 
