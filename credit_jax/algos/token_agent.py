@@ -12,8 +12,10 @@ the rollout's `lax.scan` (`credit_jax/envs/tokens.py` for the stream it reads). 
          (`baselines.group_advantages`) on every agent token, GRPO's clipped surrogate
          (`group_surrogate`, aggregated as `loss_aggregation` says: Dr. GRPO as
          published pairs "drgrpo" with "constant");
-       "ppo": PPO with GAE on the LM's value head (or an independent critic trunk,
-         `network.critic = "separate"`), over `num_tasks * group_size` fresh prompts.
+       "ppo": PPO with GAE on an independent critic trunk (`network.critic = "auto"`
+         or "separate"; "shared": the LM's own value head, whose value loss wrecked
+         the warm-started LM, docs/results/token_agent.md), over
+         `num_tasks * group_size` fresh prompts.
          Forced tokens are not decisions: discount and lambda are applied only where the
          next token is the agent's (1 elsewhere), so GAE runs on the agent's decisions.
 The loss masks every step to `valid & info["agent"]`: prompt and tool tokens are context,
@@ -28,6 +30,21 @@ unshaped run's 0.06: docs/results/token_agent.md.) PPO
 adds `prm_weight` times it to the rewards; the group estimators add `prm_weight` times
 its return-to-go from each token to that token's advantage.
 
+Turn-level advantages (`turn_advantage`, group estimators): each closed call j of an
+episode earns a turn reward, 1 when the env's ground truth says it was needed
+(`info["call_needed"]`), else 0; these are normalised within the prompt's group (pooled
+over all its episodes' calls, "pooled", as DeepSeekMath's process-supervised GRPO does
+with step rewards; or per turn index j over the episodes that made a j-th call,
+"per_index", MT-GRPO-style, which is only a fair comparison where every episode makes
+the same number of calls, not here where the agent chooses when to answer), and a token
+of turn j (the calls closed before it) gets `turn_weight` times the sum of its episode's
+normalised turn rewards from j on, added to the outcome advantage. `turn_advantages` has
+the arithmetic; like `prm_weight` it reads ground truth no deployed agent has.
+
+Adaptive learning rate (`target_kl` > 0): the update's mean approx_kl (over its
+minibatch steps) steers a scale on `lr` kept in `aux["lr_scale"]`: divided by 1.5 when
+the KL exceeds 2 x target, multiplied by 1.5 below target / 2, clipped to [1e-2, 1e2].
+
 Optional KL to the warm-started policy (`use_reference_kl`, `kl_coef`): the reference is
 the policy right after the warm start, frozen in `aux["ref_params"]`.
 
@@ -36,13 +53,18 @@ is also the LM's cache size, so the first episode of every stream ends inside th
 window (a truncation only at its last step, bootstrapped from the final token's value).
 
 Metrics: `loss`, `success` (sampled episodes), `return`, `call_accuracy` (closed calls
-that were correct), `calls` and `agent_tokens` per episode, `episode_length` (tokens),
+that were correct), `calls` and `agent_tokens` per episode, `call_rate` (episodes with a
+closed call), `episode_length` (tokens),
 the surrogate's pieces, `sft_loss` and `sft_accuracy` (the warm start's last step,
 constant over a run); group estimators add `degenerate_frac`, PPO `value_loss`.
 `make_evaluate(config)` measures a policy on the held-out half (`split` 2) greedily.
 
 Hyperparameters in `hparams` (traced): lr, sft_lr, clip_eps, ent_coef, kl_coef, vf_coef,
-gamma, gae_lambda, prm_weight, max_grad_norm.
+gamma, gae_lambda, prm_weight, turn_weight, max_grad_norm.
+
+Token accounting (`token_counts`): tokens through the model per RL update (rollout,
+update passes, reference passes, value pass) and per supervised step, so an arm of more
+supervised steps can be given the same tokens as an RL arm (the study's SFT control).
 """
 from __future__ import annotations
 
@@ -52,16 +74,19 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from credit_jax import baselines, episodes, rollout
+from credit_jax import baselines, envs as envs_lib, episodes, rollout
 from credit_jax.algos import losses, train as train_lib
 from credit_jax.envs import tokens
 from credit_jax.nets import lm, mlp
 from credit_jax.returns import gae
 
 HPARAMS = ("lr", "sft_lr", "clip_eps", "ent_coef", "kl_coef", "vf_coef", "gamma",
-           "gae_lambda", "prm_weight", "max_grad_norm")
+           "gae_lambda", "prm_weight", "turn_weight", "max_grad_norm")
 ESTIMATORS = ("grpo", "rloo", "drgrpo", "ppo")
 AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
+TURN_ADVANTAGES = ("none", "pooled", "per_index")
+CRITICS = ("auto",) + lm.CRITICS
+LR_SCALE_STEP, LR_SCALE_RANGE = 1.5, (1e-2, 1e2)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -91,17 +116,23 @@ def default_config() -> ml_collections.ConfigDict:
   c.gamma = 1.0                   # PPO's discount per agent token (a traced hparam)
   c.gae_lambda = 0.95             # PPO's GAE lambda per agent token (a traced hparam)
   c.prm_weight = 0.0              # turn-level shaping from env ground truth (traced)
+  c.turn_advantage = "none"       # none | pooled | per_index: turn-level advantages
+  c.turn_weight = 1.0             # their weight beside the outcome's (a traced hparam)
+  c.target_kl = 0.0               # > 0: scale lr to hold the update's approx_kl near it
 
   c.sft_steps = 150               # supervised warm-start steps inside train.init (0: none)
   c.sft_batch = 16                # oracle demonstrations per warm-start step
   c.sft_lr = 3e-3                 # warm-start learning rate (a traced hparam)
+  c.sft_turns = ()                # k of the warm start's demos (sft_batch each); (): env's
 
   # The LM (credit_jax/nets/lm.py); network.hidden_sizes/activation/shared_torso unused.
   c.network.d_model = 32          # transformer width
   c.network.num_heads = 2         # attention heads (d_model / num_heads even)
   c.network.num_layers = 2        # transformer blocks
   c.network.mlp_ratio = 4         # MLP width / d_model
-  c.network.critic = "shared"     # shared: value head on the LM trunk; separate: own trunk
+  # auto: separate for ppo, shared (no value used) otherwise; shared: value head on the
+  # LM trunk; separate: an own trunk.
+  c.network.critic = "auto"
   c.eval_episodes = 256           # held-out episodes per make_evaluate call
   c.chunk_updates = 10            # updates per compiled call (one progress line each)
   return c
@@ -124,7 +155,8 @@ def validate_fields(config) -> None:
   req(config.loss_aggregation in AGGREGATIONS, "loss_aggregation",
       f"must be one of {AGGREGATIONS}, got {config.loss_aggregation!r}")
   req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
-  for f in ("ent_coef", "kl_coef", "vf_coef", "prm_weight", "sft_lr"):
+  for f in ("ent_coef", "kl_coef", "vf_coef", "prm_weight", "turn_weight", "sft_lr",
+            "target_kl"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
   for f in ("gamma", "gae_lambda"):
     req(0.0 <= config[f] <= 1.0, f, f"must lie in [0, 1], got {config[f]}")
@@ -134,8 +166,16 @@ def validate_fields(config) -> None:
   head = int(net.d_model) // max(int(net.num_heads), 1)
   req(net.d_model % net.num_heads == 0 and head % 2 == 0, "network.d_model",
       f"d_model={net.d_model} / num_heads={net.num_heads} must be an even whole number")
-  req(net.critic in lm.CRITICS, "network.critic",
-      f"must be one of {lm.CRITICS}, got {net.critic!r}")
+  req(net.critic in CRITICS, "network.critic",
+      f"must be one of {CRITICS}, got {net.critic!r}")
+  req(config.turn_advantage in TURN_ADVANTAGES, "turn_advantage",
+      f"must be one of {TURN_ADVANTAGES}, got {config.turn_advantage!r}")
+  req(config.turn_advantage == "none" or config.estimator != "ppo", "turn_advantage",
+      "turn-level advantages are for the group estimators, not ppo")
+  req(all(int(k) >= 1 for k in config.sft_turns), "sft_turns",
+      f"must hold turns k >= 1, got {config.sft_turns}")
+  req(not config.sft_turns or config.env_name == "ToolArith-v0", "sft_turns",
+      "mixed-k warm starts are built for ToolArith-v0")
   req(config.env_name in ("ToolArith-v0", "ToolLookup-v0"), "env_name",
       f"must be a token env (ToolArith-v0 | ToolLookup-v0), got {config.env_name!r}")
 
@@ -145,13 +185,99 @@ def validate_config(config) -> None:
   train_lib.validate(config, "token_agent", validate_fields)
 
 
+def critic_kind(config) -> str:
+  """`network.critic` resolved: "auto" is "separate" for ppo, "shared" otherwise."""
+  kind = str(config.network.critic)
+  if kind == "auto":
+    return "separate" if config.estimator == "ppo" else "shared"
+  return kind
+
+
 def make_network(config, env, horizon: int) -> lm.TokenLM:
   """The LM for `config.network` with a cache of `horizon` slots."""
   net = config.network
   return lm.TokenLM(vocab_size=env.num_actions, d_model=int(net.d_model),
                     num_heads=int(net.num_heads), num_layers=int(net.num_layers),
                     mlp_ratio=int(net.mlp_ratio), max_len=horizon,
-                    critic=str(net.critic))
+                    critic=critic_kind(config))
+
+
+def sft_envs(config):
+  """`[(env, env_params)]` whose oracle demonstrations the warm start imitates: the
+  recipe's env, or ToolArith-v0 at each k of `config.sft_turns` (other kwargs alike)."""
+  env, env_params = train_lib.make_env(config)
+  if not config.sft_turns:
+    return [(env, env_params)]
+  kwargs = dict(config.env_kwargs)
+  split = kwargs.pop("split", 0)
+  out = []
+  for k in config.sft_turns:
+    e, p = envs_lib.make(config.env_name, **{**kwargs, "num_turns": int(k)})
+    out.append((e, p.replace(split=split)))
+  return out
+
+
+def token_counts(config) -> Dict[str, int]:
+  """Tokens through the model, per seed: `{"rollout", "update", "reference", "value",
+  "rl_update", "sft_step"}`.
+
+  One RL update: the rollout's `num_tasks * group_size` streams of `horizon` tokens
+  (cached acting, one token at a time), `update_epochs` full passes over them in the
+  minibatch steps, as many again for the reference policy when `use_reference_kl`, and
+  PPO's value pass over `horizon + 1` tokens per stream; `rl_update` is their sum. One
+  supervised step: `sft_batch` demonstrations of each warm-start env, `oracle_steps`
+  tokens each. Every slot of the horizon counts (the padding after an episode's end goes
+  through the model too), and a separate critic trunk is not counted twice.
+  """
+  env, env_params = train_lib.make_env(config)
+  horizon = int(env_params.max_steps_in_episode)
+  streams = int(config.num_tasks) * int(config.group_size)
+  passes = int(config.update_epochs) * streams * horizon
+  out = {"rollout": streams * horizon, "update": passes,
+         "reference": passes if config.use_reference_kl else 0,
+         "value": streams * (horizon + 1) if config.estimator == "ppo" else 0}
+  out["rl_update"] = sum(out.values())
+  out["sft_step"] = int(config.sft_batch) * sum(int(e.oracle_steps)
+                                                for e, _ in sft_envs(config))
+  return out
+
+
+def turn_advantages(info, valid, kind: str, num_slots: int) -> jax.Array:
+  """Turn-level advantages `[T, N, K]` from per-call ground truth (see the module doc).
+
+  Args:
+    info: the env's `call_end`, `call_needed` (bool) and `turn` (int: calls closed
+      before the step) per step, each `[T, N, K]` (N prompts, K episodes each).
+    valid: [T, N, K] bool, the steps of each stream's first episode.
+    kind: "pooled" (normalise over all calls of a group) or "per_index" (over the
+      group's j-th calls, for each j).
+    num_slots: J, an upper bound on calls per episode (calls past it are dropped).
+  Returns:
+    `[T, N, K]`: at step t of an episode, the sum of its normalised turn rewards of
+    calls j >= turn(t). Normalising: `(r - mean) / (std + 1e-6)`, std with ddof 1 as in
+    `baselines.group_advantages`; 0 where fewer than 2 calls share the statistics.
+  """
+  if kind not in TURN_ADVANTAGES[1:]:
+    raise ValueError(f"kind must be one of {TURN_ADVANTAGES[1:]}, got {kind!r}")
+  shape = valid.shape
+  for name in ("call_end", "call_needed", "turn"):
+    if info[name].shape != shape or len(shape) != 3:
+      raise ValueError(f"info[{name!r}] must be [T, N, K] like valid {shape}, got "
+                       f"{info[name].shape}")
+  ends = info["call_end"] & valid
+  slot = jax.nn.one_hot(info["turn"], num_slots, dtype=jnp.float32)      # [T, N, K, J]
+  present = jnp.einsum("tnk,tnkj->nkj", ends.astype(jnp.float32), slot)  # 0/1
+  reward = jnp.einsum("tnk,tnkj->nkj", (ends & info["call_needed"]).astype(jnp.float32),
+                      slot)
+  axes = (1, 2) if kind == "pooled" else (1,)
+  count = jnp.sum(present, axis=axes, keepdims=True)
+  mean = jnp.sum(reward * present, axis=axes, keepdims=True) / jnp.maximum(count, 1.0)
+  var = (jnp.sum(jnp.square(reward - mean) * present, axis=axes, keepdims=True)
+         / jnp.maximum(count - 1.0, 1.0))
+  norm = jnp.where((present > 0) & (count >= 2),
+                   (reward - mean) / (jnp.sqrt(var) + 1e-6), 0.0)        # [N, K, J]
+  to_go = jnp.flip(jnp.cumsum(jnp.flip(norm, -1), -1), -1)                # sum over j' >= j
+  return jnp.where(valid, jnp.einsum("tnkj,nkj->tnk", slot, to_go), 0.0)
 
 
 def agent_mask(traj) -> jax.Array:
@@ -174,6 +300,74 @@ def sft_loss(network, params, demo: tokens.Demonstrations):
   right = (jnp.argmax(logits, -1) == demo.actions).astype(jnp.float32)
   return (-episodes.masked_mean(log_probs, mask),
           episodes.masked_mean(right, mask))
+
+
+def sft_loss_mixed(network, params, demos):
+  """`sft_loss` over demonstrations of several lengths (a list of `Demonstrations`): the
+  cross-entropy and accuracy averaged over all their agent tokens together."""
+  nll = right = count = 0.0
+  for demo in demos:
+    logits, _ = lm.sequence(network, params, demo.obs[..., 0])
+    mask = demo.agent.astype(jnp.float32)
+    nll += -jnp.sum(mlp.categorical_log_prob(logits, demo.actions) * mask)
+    right += jnp.sum((jnp.argmax(logits, -1) == demo.actions) * mask)
+    count += jnp.sum(mask)
+  count = jnp.maximum(count, 1.0)
+  return nll / count, right / count
+
+
+class Supervised:
+  """Supervised steps on fresh oracle demonstrations (the warm start, and the study's
+  equal-token SFT control), for the LM of `config`.
+
+  `init(params, hp) -> opt_state`; `run(params, opt_state, keys [S, 2], hp) -> (params,
+  opt_state, (loss [S], accuracy [S]))`: one Adam step at `hp["sft_lr"]` per key, each
+  on `sft_batch` demonstrations of every env of `sft_envs(config)` (split as the
+  config's env). `tokens_per_step`: tokens through the model per step.
+  """
+
+  def __init__(self, config):
+    self.envs = sft_envs(config)
+    env, env_params = self.envs[0]
+    self.network = make_network(config, env, int(env_params.max_steps_in_episode))
+    self.optimizer = train_lib.make_optimizer(config)
+    self.batch = int(config.sft_batch)
+    self.tokens_per_step = self.batch * sum(int(e.oracle_steps) for e, _ in self.envs)
+
+  def init(self, params, hp):
+    return self.optimizer.init(params, hp["max_grad_norm"])
+
+  def loss(self, params, key):
+    if len(self.envs) == 1:
+      env, env_params = self.envs[0]
+      return sft_loss(self.network, params,
+                      tokens.demonstrations(env, env_params, key, self.batch))
+    keys = jax.random.split(key, len(self.envs))
+    return sft_loss_mixed(self.network, params, [
+        tokens.demonstrations(e, p, k, self.batch) for (e, p), k in zip(self.envs, keys)])
+
+  def run(self, params, opt_state, keys, hp):
+    grad_fn = jax.value_and_grad(self.loss, has_aux=True)
+
+    def step(carry, k):
+      params, opt_state = carry
+      (loss, acc), grads = grad_fn(params, k)
+      params, opt_state, _ = self.optimizer.apply(params, opt_state, grads, hp["sft_lr"],
+                                                  hp["max_grad_norm"])
+      return (params, opt_state), (loss, acc)
+    (params, opt_state), out = jax.lax.scan(step, (params, opt_state), keys)
+    return params, opt_state, out
+
+
+def graft(params, source):
+  """`params` with every leaf that `source` (a checkpoint of another critic kind of the
+  same LM) holds at the same path replaced by it: the warm-started actor into a network
+  with a separate critic trunk, whose own trunk keeps `params`' values."""
+  if isinstance(params, dict) or hasattr(params, "items"):
+    return {k: graft(v, source[k]) if k in source else v for k, v in params.items()}
+  if jnp.shape(params) != jnp.shape(source):
+    raise ValueError(f"checkpoint leaf {jnp.shape(source)} does not fit {jnp.shape(params)}")
+  return source
 
 
 def aggregation_weights(mask: jax.Array, kind: str):
@@ -270,6 +464,7 @@ def _metrics(traj, returns, mask):
           "call_accuracy": jnp.sum(traj.info["call_correct"] & valid)
           / jnp.maximum(jnp.sum(ends), 1),
           "calls": per_episode(ends), "agent_tokens": per_episode(mask),
+          "call_rate": jnp.mean((jnp.sum(ends, axis=0) > 0).astype(jnp.float32)),
           "episode_length": per_episode(valid)}
 
 
@@ -289,33 +484,32 @@ def make_train(config) -> train_lib.Train:
   optimizer = train_lib.make_optimizer(config)
   use_kl, agg = bool(config.use_reference_kl), str(config.loss_aggregation)
   num_turns = int(env.num_turns)
+  supervised = Supervised(config)
+  target_kl = float(config.target_kl)
+  turn_kind = str(config.turn_advantage)
+  turn_slots = horizon // 4 + 1    # a call takes >= 4 tokens (CALC END ERR ;)
 
-  def warm_start(params, key, hp):
-    opt_state = optimizer.init(params, hp["max_grad_norm"])
-    grad_fn = jax.value_and_grad(lambda p, d: sft_loss(network, p, d), has_aux=True)
-
-    def step(carry, k):
-      params, opt_state = carry
-      demo = tokens.demonstrations(env, env_params, k, sft_batch)
-      (loss, acc), grads = grad_fn(params, demo)
-      params, opt_state, _ = optimizer.apply(params, opt_state, grads, hp["sft_lr"],
-                                             hp["max_grad_norm"])
-      return (params, opt_state), (loss, acc)
-    (params, _), (loss, acc) = jax.lax.scan(step, (params, opt_state),
-                                            jax.random.split(key, sft_steps))
-    return params, loss[-1], acc[-1]
+  def start(params, key, hp, sft_l=None, sft_a=None):
+    zero = jnp.zeros((), jnp.float32)
+    aux = {"sft_loss": zero if sft_l is None else sft_l,
+           "sft_accuracy": zero if sft_a is None else sft_a}
+    if use_kl:
+      aux["ref_params"] = params
+    if target_kl > 0:
+      aux["lr_scale"] = jnp.ones((), jnp.float32)
+    return train_lib.TrainState(params=params, opt_state=optimizer.init(
+        params, hp["max_grad_norm"]), key=key, update=jnp.zeros((), jnp.int32), aux=aux)
 
   def init_fn(key, hp):
     k_params, k_sft, k_run = jax.random.split(key, 3)
     params = lm.init_params(network, k_params)
     sft_l = sft_a = jnp.zeros((), jnp.float32)
     if sft_steps:
-      params, sft_l, sft_a = warm_start(params, k_sft, hp)
-    aux = {"sft_loss": sft_l, "sft_accuracy": sft_a}
-    if use_kl:
-      aux["ref_params"] = params
-    return train_lib.TrainState(params=params, opt_state=optimizer.init(
-        params, hp["max_grad_norm"]), key=k_run, update=jnp.zeros((), jnp.int32), aux=aux)
+      opt = supervised.init(params, hp)
+      params, _, (loss, acc) = supervised.run(params, opt, jax.random.split(k_sft, sft_steps),
+                                              hp)
+      sft_l, sft_a = loss[-1], acc[-1]
+    return start(params, k_run, hp, sft_l, sft_a)
 
   def group_loss(params, mb, ref_params, hp):
     logits, _ = lm.sequence(network, params, mb["tokens"])              # [T, n, K, V]
@@ -330,9 +524,12 @@ def make_train(config) -> train_lib.Train:
     adv, degenerate = baselines.group_advantages(returns, kind=estimator)
     shaping = jnp.where(traj.valid, turn_shaping(traj.info, num_turns), 0.0)
     to_go = jnp.flip(jnp.cumsum(jnp.flip(shaping, 0), 0), 0)
+    advantages = adv[None] + hp["prm_weight"] * to_go
+    if turn_kind != "none":
+      advantages = advantages + hp["turn_weight"] * turn_advantages(
+          traj.info, traj.valid, turn_kind, turn_slots)
     data = {"tokens": traj.obs[..., 0], "actions": traj.actions,
-            "log_probs": traj.log_probs, "valid": mask,
-            "advantages": adv[None] + hp["prm_weight"] * to_go}
+            "log_probs": traj.log_probs, "valid": mask, "advantages": advantages}
     return traj, returns, mask, data, {"degenerate_frac": jnp.mean(
         degenerate.astype(jnp.float32))}
 
@@ -362,7 +559,8 @@ def make_train(config) -> train_lib.Train:
     else:
       def loss_fn(p, mb):
         return group_loss(p, mb, ref_params, hp)
-    lr = train_lib.learning_rate(hp["lr"], state.update, n_updates, bool(config.anneal_lr))
+    base_lr = hp["lr"] * state.aux["lr_scale"] if target_kl > 0 else hp["lr"]
+    lr = train_lib.learning_rate(base_lr, state.update, n_updates, bool(config.anneal_lr))
     # Minibatches split axis 1 (prompts; PPO: episodes), so every stream stays whole.
     params, opt_state, metrics = train_lib.minibatch_epochs(
         loss_fn, state.params, state.opt_state, data, k_perm, num_epochs=n_epochs,
@@ -370,14 +568,37 @@ def make_train(config) -> train_lib.Train:
         optimizer=optimizer)
     metrics.update(_metrics(traj, returns, mask), **extra, lr=lr,
                    sft_loss=state.aux["sft_loss"], sft_accuracy=state.aux["sft_accuracy"])
+    aux = state.aux
+    if target_kl > 0:
+      aux = {**aux, "lr_scale": adapt_lr_scale(aux["lr_scale"], metrics["approx_kl"],
+                                               target_kl)}
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
-                             update=state.update + 1, aux=state.aux), metrics
+                             update=state.update + 1, aux=aux), metrics
 
-  return train_lib.Train(
+  def from_params(params, key, hparams=None):
+    """A fresh `TrainState` (optimiser, reference, lr scale) from a checkpoint's LM
+    params (`graft`ed into this network's tree: a separate critic trunk starts from
+    its initialisation), as `init` after a warm start; `key` [2] or typed."""
+    hp = train._hparams(hparams)
+    key = train_lib._raw_key(key)
+    k_params, k_run = jax.random.split(key)
+    return start(graft(lm.init_params(network, k_params), params), k_run, hp)
+
+  train = train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
       env_steps_per_update=num_tasks * group * horizon,
       headline=("success", "value_loss" if is_ppo else "degenerate_frac"))
+  train.from_params = from_params
+  train.supervised = supervised
+  return train
+
+
+def adapt_lr_scale(scale, approx_kl, target_kl: float):
+  """The lr scale after an update with mean `approx_kl` (see the module doc)."""
+  scale = jnp.where(approx_kl > 2.0 * target_kl, scale / LR_SCALE_STEP,
+                    jnp.where(approx_kl < 0.5 * target_kl, scale * LR_SCALE_STEP, scale))
+  return jnp.clip(scale, *LR_SCALE_RANGE)
 
 
 def make_evaluate(config, split: int = 2, greedy: bool = True,

@@ -58,6 +58,7 @@ PAD, BOS, EOS, ANSWER, END, SEP, ERR, NOTFOUND = range(8)
 CALC, LOOKUP = 8, 9                      # tool names
 PLUS, MINUS, TIMES = 10, 11, 12          # calculator operators
 TASK_ARITH, TASK_LOOKUP = 13, 14         # task markers, the prompt's second token
+STEP = 15                                # a step-index tag (ToolArith-v0's step_index)
 DIGIT0 = 16                              # digits 0-9: ids 16..25
 SYMBOL0 = 32                             # key symbols 0-15: ids 32..47
 NUM_SYMBOLS = 16
@@ -68,7 +69,7 @@ SPLITS = (0, 1, 2)                       # params.split: all tasks, training hal
 
 _NAMES = {PAD: "_", BOS: "<bos>", EOS: "<eos>", ANSWER: "ANSWER", END: "END", SEP: ";",
           ERR: "ERR", NOTFOUND: "NOTFOUND", CALC: "CALC", LOOKUP: "LOOKUP", PLUS: "+",
-          MINUS: "-", TIMES: "*", TASK_ARITH: "ARITH", TASK_LOOKUP: "HOPS"}
+          MINUS: "-", TIMES: "*", TASK_ARITH: "ARITH", TASK_LOOKUP: "HOPS", STEP: "#"}
 _NAMES.update({DIGIT0 + d: str(d) for d in range(10)})
 _NAMES.update({SYMBOL0 + s: "abcdefghijklmnop"[s] for s in range(NUM_SYMBOLS)})
 
@@ -124,8 +125,9 @@ class ToolEnv(base.CreditEnv):
   Subclasses set `tool_token`, `num_turns`, `call_len` (tokens of a well-formed call's
   arguments), `answer_len`, `out_size` (tool output tokens incl. SEP, >= 2) and
   `prompt_len`, call `_finish_init()`, and implement `_sample_task(key, split) -> (task,
-  prompt [prompt_len])`, `_tool(task, args [call_len], progress) -> (out [out_size],
-  out_len, step [] int32, ok [] bool)` (`ok`: the arguments parse; `step` in
+  prompt [prompt_len])`, `_tool(task, args [call_len], progress, call) -> (out
+  [out_size], out_len, step [] int32, ok [] bool)` (`call` [] int32: this call's number,
+  1 for the first; `ok`: the arguments parse; `step` in
   1..num_turns: a task step they are the true arguments of, the first one after
   `progress` when there is one, 0 when none), `_answer(task) ->
   [answer_len]` and
@@ -208,7 +210,7 @@ class ToolEnv(base.CreditEnv):
     # can be well formed (the task family checks the argument tokens).
     close = end_call | ((mode == CALL) & overflow)
     args = span[:self.call_len]
-    out, out_len, step, ok = self._tool(state.task, args, state.progress)
+    out, out_len, step, ok = self._tool(state.task, args, state.progress, state.calls + 1)
     err = jnp.full((self.out_size,), PAD, jnp.int32).at[0].set(ERR).at[1].set(SEP)
     well = end_call & (span_len == self.call_len) & ok
     out = jnp.where(well, out, err)

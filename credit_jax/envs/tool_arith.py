@@ -19,6 +19,15 @@ the training half (1) are the tasks whose `x0 + sum_i a_i + sum_i op_i` (ops cod
 2) is even, the held-out half (2) those where it is odd; every single prompt token is
 distributed alike in both halves, so a model cannot tell them apart by one position.
 
+Step indices (`step_index=True`, a counting aid, off by default): every step of the prompt
+is tagged `STEP i` (i in two digits, 1-based), `BOS ARITH x0 STEP 0 1 op_1 a_1 ... STEP
+k_1 k_0 op_k a_k ;`, and a well-formed call's output names the step that comes next,
+`u op b mod 10**D` then `STEP c_1 c_0 ;` with `c` = this call's number + 1 (the tool
+counts its calls, right or wrong; a malformed call still gets `ERR ;`). On the oracle's
+path that is the step to do next, so finding its operator and operand is a match of the
+tag in the last output against the prompt's tags, not a count of the calls so far. The
+prompt is `3 + D + k (4 + D)` tokens, a call's output `D + 4`; k <= 99.
+
 What makes it easy: every operand is visible in the prompt and every intermediate in the
 previous tool output, so the oracle is a copying policy (no arithmetic); with D = 1 a
 model could also learn the 10 x 10 tables and skip the calculator, which the verifier
@@ -37,6 +46,15 @@ from credit_jax.envs import base, tokens
 
 _UNIT_DIGITS = np.array([1, 3, 7, 9], np.int32)
 _OPS = np.array([tokens.PLUS, tokens.MINUS, tokens.TIMES], np.int32)
+_INDEX_DIGITS = 2                    # step indices are written with two digits
+_MAX_INDEXED = 10 ** _INDEX_DIGITS - 1
+
+
+def _tag(index: jax.Array) -> jax.Array:
+  """`[...]` int step numbers -> `[..., 3]` tokens `STEP i_1 i_0`."""
+  index = jnp.asarray(index)
+  step = jnp.full(index.shape + (1,), tokens.STEP, jnp.int32)
+  return jnp.concatenate([step, tokens.digits(index, _INDEX_DIGITS)], axis=-1)
 
 
 class ToolArith(tokens.ToolEnv):
@@ -48,16 +66,19 @@ class ToolArith(tokens.ToolEnv):
 
   tool_token = tokens.CALC
 
-  def __init__(self, num_turns: int = 2, num_digits: int = 1):
+  def __init__(self, num_turns: int = 2, num_digits: int = 1, step_index: bool = False):
     super().__init__()
-    self.num_turns = base.check_int("num_turns", num_turns, minimum=1, maximum=4096)
+    self.step_index = bool(step_index)
+    self.num_turns = base.check_int("num_turns", num_turns, minimum=1,
+                                    maximum=_MAX_INDEXED if self.step_index else 4096)
     self.num_digits = base.check_int("num_digits", num_digits, minimum=1, maximum=4)
     self.modulus = 10 ** self.num_digits
     d = self.num_digits
+    tag = (1 + _INDEX_DIGITS) if self.step_index else 0   # STEP and the index digits
     self.call_len = 2 * d + 1
     self.answer_len = d
-    self.out_size = d + 1
-    self.prompt_len = 3 + d + self.num_turns * (1 + d)
+    self.out_size = d + 1 + tag
+    self.prompt_len = 3 + d + self.num_turns * (1 + d + tag)
     self._finish_init()
 
   @property
@@ -86,6 +107,8 @@ class ToolArith(tokens.ToolEnv):
     chain = jnp.concatenate([x0[None], vs])
     body = jnp.concatenate([jnp.asarray(_OPS)[ops][:, None],
                             tokens.digits(operands, self.num_digits)], axis=1)
+    if self.step_index:
+      body = jnp.concatenate([_tag(jnp.arange(1, k + 1)), body], axis=1)
     prompt = jnp.concatenate([
         jnp.array([tokens.BOS, tokens.TASK_ARITH], jnp.int32),
         tokens.digits(x0, self.num_digits), body.reshape(-1),
@@ -97,18 +120,19 @@ class ToolArith(tokens.ToolEnv):
     return jnp.where(op == 0, (u + b) % m,
                      jnp.where(op == 1, (u - b) % m, (u * b) % m)).astype(jnp.int32)
 
-  def _tool(self, task, args, progress):
+  def _tool(self, task, args, progress, call):
     d = self.num_digits
     u, ok_u = tokens.parse_digits(args[:d])
     b, ok_b = tokens.parse_digits(args[d + 1:])
     op = jnp.argmax(args[d] == jnp.asarray(_OPS))
     ok = ok_u & ok_b & jnp.any(args[d] == jnp.asarray(_OPS))
-    out = jnp.concatenate([tokens.digits(self._apply(u, op, b), d),
-                           jnp.array([tokens.SEP], jnp.int32)])
+    echo = [_tag(jnp.minimum(call + 1, _MAX_INDEXED))] if self.step_index else []
+    out = jnp.concatenate([tokens.digits(self._apply(u, op, b), d)] + echo
+                          + [jnp.array([tokens.SEP], jnp.int32)])
     steps = jnp.arange(1, self.num_turns + 1)
     match = ((task["chain"][:-1] == u) & (task["ops"] == op) & (task["operands"] == b)
              & ok)
-    return out, jnp.int32(d + 1), _first_step(match, steps, progress), ok
+    return out, jnp.int32(self.out_size), _first_step(match, steps, progress), ok
 
   def _answer(self, task) -> jax.Array:
     return tokens.digits(task["chain"][-1], self.num_digits)

@@ -106,7 +106,8 @@ class ToolLookup(tokens.ToolEnv):
         jnp.array([tokens.SEP], jnp.int32), hops, jnp.array([tokens.SEP], jnp.int32)])
     return {"chain": chain, "keys": keys, "values": values}, prompt
 
-  def _tool(self, task, args, progress):
+  def _tool(self, task, args, progress, call):
+    del call  # the lookup tool keeps no count
     sym = args - tokens.SYMBOL0
     ok = jnp.all((sym >= 0) & (sym < tokens.NUM_SYMBOLS))
     match = jnp.all(task["keys"] == sym[None], axis=1)             # [N]
