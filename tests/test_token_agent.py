@@ -12,6 +12,7 @@ import pytest
 from credit_jax import envs, rollout
 from credit_jax.algos import token_agent
 from credit_jax.config import ConfigError
+from credit_jax.envs import tokens as tokens_lib
 from credit_jax.nets import lm, mlp
 
 
@@ -267,3 +268,125 @@ def test_warm_start_then_grpo_learns():
   before, after, success = (np.asarray(x) for x in run(jax.random.key(0)))
   assert after >= 0.9, (before, after)
   assert success[-10:].mean() > success[:10].mean() + 0.1, success
+
+
+def _turn_case():
+  # One prompt (N = 1), K = 3 episodes of T = 5 steps. Episode 0: a needed call closing
+  # at t = 1, an unneeded one at t = 3; episode 1: one unneeded call at t = 2; episode
+  # 2: no call, and its last step is past the episode's end.
+  end = np.zeros((5, 1, 3), bool)
+  need = np.zeros((5, 1, 3), bool)
+  turn = np.zeros((5, 1, 3), np.int32)
+  end[1, 0, 0] = end[3, 0, 0] = need[1, 0, 0] = True
+  turn[:, 0, 0] = [0, 0, 1, 1, 2]
+  end[2, 0, 1] = True
+  turn[:, 0, 1] = [0, 0, 0, 1, 1]
+  valid = np.ones((5, 1, 3), bool)
+  valid[4, 0, 2] = False
+  info = {"call_end": jnp.asarray(end), "call_needed": jnp.asarray(need),
+          "turn": jnp.asarray(turn)}
+  return info, jnp.asarray(valid)
+
+
+def test_turn_advantages_by_hand():
+  info, valid = _turn_case()
+  # Pooled: the group's turn rewards are (1, 0) and (0): mean 1/3, sample std
+  # sqrt(1/3); normalised 2/sqrt(3), -1/sqrt(3) and -1/sqrt(3). A token of turn j gets
+  # the sum of its episode's normalised rewards from j on.
+  r3 = 1.0 / np.sqrt(3.0)
+  want = np.zeros((5, 3))
+  want[:, 0] = [2 * r3 - r3, 2 * r3 - r3, -r3, -r3, 0.0]
+  want[:, 1] = [-r3, -r3, -r3, 0.0, 0.0]
+  got = token_agent.turn_advantages(info, valid, "pooled", 4)
+  np.testing.assert_allclose(np.asarray(got)[:, 0], want, rtol=1e-5, atol=1e-5)
+  # Per index: first calls (1, 0): mean 1/2, std sqrt(1/2) -> +-1/sqrt(2); the second
+  # call has no other episode's second call to compare with: 0.
+  h = 1.0 / np.sqrt(2.0)
+  want = np.zeros((5, 3))
+  want[:, 0] = [h, h, 0.0, 0.0, 0.0]
+  want[:, 1] = [-h, -h, -h, 0.0, 0.0]
+  got = token_agent.turn_advantages(info, valid, "per_index", 4)
+  np.testing.assert_allclose(np.asarray(got)[:, 0], want, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="kind"):
+    token_agent.turn_advantages(info, valid, "none", 4)
+  with pytest.raises(ValueError, match=r"\[T, N, K\]"):
+    token_agent.turn_advantages({k: v[:, 0] for k, v in info.items()}, valid[:, 0],
+                                "pooled", 4)
+
+
+def test_token_counts_by_hand():
+  c = _tiny(use_reference_kl=True, kl_coef=0.1)
+  # k = 1: the oracle's stream is 16 tokens (15 steps), the horizon 15 + 7 = 22; 2 x 4
+  # streams, 2 epochs.
+  assert token_agent.token_counts(c) == {
+      "rollout": 176, "update": 352, "reference": 352, "value": 0, "rl_update": 880,
+      "sft_step": 4 * 15}
+  c = _tiny(estimator="ppo")
+  n = token_agent.token_counts(c)
+  assert (n["reference"], n["value"], n["rl_update"]) == (0, 8 * 23, 176 + 352 + 184)
+  c.sft_turns = (1, 2)   # k = 2: 25 tokens, 24 steps
+  assert token_agent.token_counts(c)["sft_step"] == 4 * (15 + 24)
+  assert token_agent.make_train(c).supervised.tokens_per_step == 4 * (15 + 24)
+
+
+def test_lr_scale_follows_the_kl_target():
+  s = token_agent.adapt_lr_scale(jnp.ones(3), jnp.array([0.03, 0.01, 0.001]), 0.01)
+  np.testing.assert_allclose(s, [1 / 1.5, 1.0, 1.5])
+  np.testing.assert_allclose(token_agent.adapt_lr_scale(jnp.float32(99.0), 0.0, 0.01), 100.0)
+  c = _tiny(target_kl=0.01)
+  train = token_agent.make_train(c)
+  state, m = jax.jit(lambda k: train.run(train.init(k), None, 3))(jax.random.key(0))
+  kl, lr = np.asarray(m["approx_kl"]), np.asarray(m["lr"])
+  scale = 1.0
+  for i in range(3):           # the lr each update used follows the rule on the last KL
+    np.testing.assert_allclose(lr[i], c.lr * scale, rtol=1e-6)
+    scale = float(token_agent.adapt_lr_scale(jnp.float32(scale), kl[i], 0.01))
+  np.testing.assert_allclose(state.aux["lr_scale"], scale, rtol=1e-6)
+
+
+def test_auto_critic_and_from_params_graft_the_warm_start():
+  c = _tiny(sft_steps=3)
+  assert token_agent.critic_kind(c) == "shared"
+  grpo = token_agent.make_train(c)
+  warm = jax.jit(grpo.init)(jax.random.key(0)).params
+  c.estimator = "ppo"
+  assert token_agent.critic_kind(c) == "separate"
+  ppo = token_agent.make_train(c)
+  state = ppo.from_params(warm, jax.random.key(1))
+  p = state.params["params"]
+  assert set(p) == {"trunks_0", "trunks_1", "lm_head", "v_head"}
+  for name in ("trunks_0", "lm_head"):
+    jax.tree.map(np.testing.assert_array_equal, p[name], warm["params"][name])
+  # The critic trunk is a fresh initialisation, not the actor's.
+  assert not np.allclose(p["trunks_1"]["embed"]["embedding"],
+                         warm["params"]["trunks_0"]["embed"]["embedding"])
+  # The policy acts as the warm start's does: same greedy held-out success.
+  ev = token_agent.make_evaluate(c, num_episodes=16)
+  c.estimator = "grpo"
+  ev0 = token_agent.make_evaluate(c, num_episodes=16)
+  a = jax.jit(ev)(state.params, jax.random.key(2))
+  b = jax.jit(ev0)(warm, jax.random.key(2))
+  np.testing.assert_allclose(a["success"], b["success"])
+  np.testing.assert_allclose(a["calls"], b["calls"])
+
+
+def test_mixed_k_warm_start_loss_is_the_pooled_token_mean():
+  c = _tiny(sft_turns=(1, 2))
+  sup = token_agent.make_train(c).supervised
+  params = lm.init_params(sup.network, jax.random.key(0))
+  loss, acc = jax.jit(sup.loss)(params, jax.random.key(1))
+  # The same demonstrations, scored one env at a time in NumPy.
+  keys = jax.random.split(jax.random.key(1), 2)
+  assert [e.num_turns for e, _ in sup.envs] == [1, 2]
+  nll = right = count = 0.0
+  for (env, p), k in zip(sup.envs, keys):
+    demo = tokens_lib.demonstrations(env, p, k, c.sft_batch)
+    logits = np.asarray(lm.sequence(sup.network, params, demo.obs[..., 0])[0], np.float64)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    a, m = np.asarray(demo.actions), np.asarray(demo.agent)
+    chosen = np.take_along_axis(logp, a[..., None], -1)[..., 0]
+    nll += -(chosen * m).sum()
+    right += ((logits.argmax(-1) == a) * m).sum()
+    count += m.sum()
+  np.testing.assert_allclose(loss, nll / count, rtol=1e-5)
+  np.testing.assert_allclose(acc, right / count, rtol=1e-6)

@@ -17,6 +17,7 @@ demos = jax.jit(tk.demonstrations, static_argnums=(0, 3))
 
 CASES = [("ToolArith-v0", dict(num_turns=1, num_digits=1)),
          ("ToolArith-v0", dict(num_turns=5, num_digits=2)),
+         ("ToolArith-v0", dict(num_turns=11, num_digits=1, step_index=True)),
          ("ToolLookup-v0", dict(num_turns=1, key_len=1, num_distractors=1)),
          ("ToolLookup-v0", dict(num_turns=6, key_len=2, num_distractors=3))]
 
@@ -156,6 +157,38 @@ def test_calculator_outputs_and_parsing_by_hand():
   assert [e["call_needed"] for e in ends] == [1, 0, 0, 0]
   assert [e["turn"] for e in ends] == [0, 1, 2, 3]
   assert not any(terms) and not any(rewards)
+
+
+def test_step_index_tags_the_prompt_and_echoes_the_next_call_by_hand():
+  env, params = make("ToolArith-v0", num_turns=11, num_digits=1, step_index=True)
+  assert env.prompt_len == 3 + 1 + 11 * 5 and env.out_size == 5
+  plain, _ = make("ToolArith-v0", num_turns=11, num_digits=1)
+  key = jax.random.key(5)
+  _, state = env.reset(key, params)
+  _, plain_state = plain.reset(key, params)
+  prompt = [int(t) for t in state.prompt]
+  # Step i is `STEP i_1 i_0 op_i a_i`, the plain prompt's `op_i a_i` tagged (same task).
+  for i in range(11):
+    tag = prompt[3 + 5 * i:6 + 5 * i]
+    assert tag == [tk.STEP, *_dig(i + 1, 2)], tk.decode(prompt)
+    assert prompt[6 + 5 * i:8 + 5 * i] == [int(t) for t in plain_state.prompt[3 + 2 * i:
+                                                                            5 + 2 * i]]
+  x0, (op1, a1), (op2, a2) = (_num(prompt[2:3]),
+                              *[(prompt[6 + 5 * i], _num(prompt[7 + 5 * i:8 + 5 * i]))
+                                for i in range(2)])
+  ops = {tk.PLUS: lambda a, b: (a + b) % 10, tk.MINUS: lambda a, b: (a - b) % 10,
+         tk.TIMES: lambda a, b: (a * b) % 10}
+  v1 = ops[op1](x0, a1)
+  wrong = (a2 + 1) % 10
+  calls = [[tk.CALC, *_dig(x0, 1), op1, *_dig(a1, 1), tk.END],         # call 1: right
+           [tk.CALC, tk.PLUS, tk.END],                                   # call 2: malformed
+           [tk.CALC, *_dig(v1, 1), op2, *_dig(wrong, 1), tk.END]]        # call 3: wrong
+  stream, infos, _, _, _ = _play(env, params, key, sum(calls, []))
+  outs = [o.strip().split(" ;")[0] for o in tk.decode(stream).split("END")[1:]]
+  # The tool counts its calls, malformed ones included: after call c it names c + 1.
+  assert outs == [f"{v1} # 0 2", "ERR", f"{ops[op2](v1, wrong)} # 0 4"], outs
+  ends = [i for i in infos if i["call_end"]]
+  assert [e["call_needed"] for e in ends] == [1, 0, 0]
 
 
 @pytest.mark.parametrize("span,why", [
