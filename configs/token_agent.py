@@ -7,15 +7,18 @@ with RL on ToolArith-v0 (two chained calculator calls) or ToolLookup-v0.
 
 Variants: none (warm start, then GRPO: held-out greedy success ~0.5 -> ~1.0 in 200
 updates), "small" (a quick check that runs in well under a minute on a 2-core CPU),
-"rloo", "drgrpo" (with Dr. GRPO's constant loss normaliser), "ppo" (GAE on the LM's value
-head), "ppo_critic" (PPO with an independent critic trunk), "prm" (GRPO with turn-level
-shaping from the env's ground truth: an upper bound), "lookup" (ToolLookup-v0, 2 hops of
-2-symbol keys). Every field and its meaning: `credit_jax/algos/token_agent.py`'s
+"rloo", "drgrpo" (with Dr. GRPO's constant loss normaliser), "ppo" (GAE on an independent
+critic trunk, PPO's default on tokens), "ppo_shared" (GAE on the LM's own value head,
+whose value loss wrecked warm-started LMs: docs/results/token_agent.md), "ppo_critic"
+(the same as "ppo", kept for old commands), "prm" (GRPO with turn-level shaping from the
+env's ground truth: an upper bound), "turn" (GRPO with turn-level advantages from the
+same ground truth), "lookup" (ToolLookup-v0, 2 hops of 2-symbol keys). Every field and its meaning: `credit_jax/algos/token_agent.py`'s
 `default_config()`, which the default variant is.
 """
 from credit_jax.algos import token_agent
 
-VARIANTS = (None, "small", "rloo", "drgrpo", "ppo", "ppo_critic", "prm", "lookup")
+VARIANTS = (None, "small", "rloo", "drgrpo", "ppo", "ppo_shared", "ppo_critic", "prm",
+            "turn", "lookup")
 
 
 def get_config(arg=None):
@@ -34,9 +37,11 @@ def get_config(arg=None):
     c.estimator = arg
     if arg == "drgrpo":
       c.loss_aggregation = "constant"
-  elif arg == "ppo_critic":
+  elif arg in ("ppo_critic", "ppo_shared"):
     c.estimator = "ppo"
-    c.network.critic = "separate"
+    c.network.critic = "separate" if arg == "ppo_critic" else "shared"
+  elif arg == "turn":
+    c.turn_advantage = "pooled"
   elif arg == "prm":
     c.prm_weight = 0.5
   elif arg == "lookup":

@@ -321,7 +321,7 @@ def test_token_counts_by_hand():
   assert token_agent.token_counts(c) == {
       "rollout": 176, "update": 352, "reference": 352, "value": 0, "rl_update": 880,
       "sft_step": 4 * 15}
-  c = _tiny(estimator="ppo")
+  c = _tiny(estimator="ppo", use_reference_kl=True)
   n = token_agent.token_counts(c)
   assert (n["reference"], n["value"], n["rl_update"]) == (0, 8 * 23, 176 + 352 + 184)
   c.sft_turns = (1, 2)   # k = 2: 25 tokens, 24 steps

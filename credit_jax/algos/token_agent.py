@@ -223,7 +223,8 @@ def token_counts(config) -> Dict[str, int]:
 
   One RL update: the rollout's `num_tasks * group_size` streams of `horizon` tokens
   (cached acting, one token at a time), `update_epochs` full passes over them in the
-  minibatch steps, as many again for the reference policy when `use_reference_kl`, and
+  minibatch steps, as many again for the reference policy when `use_reference_kl` (the
+  group estimators'; PPO's loss has no reference term), and
   PPO's value pass over `horizon + 1` tokens per stream; `rl_update` is their sum. One
   supervised step: `sft_batch` demonstrations of each warm-start env, `oracle_steps`
   tokens each. Every slot of the horizon counts (the padding after an episode's end goes
@@ -234,7 +235,7 @@ def token_counts(config) -> Dict[str, int]:
   streams = int(config.num_tasks) * int(config.group_size)
   passes = int(config.update_epochs) * streams * horizon
   out = {"rollout": streams * horizon, "update": passes,
-         "reference": passes if config.use_reference_kl else 0,
+         "reference": passes if config.use_reference_kl and config.estimator != "ppo" else 0,
          "value": streams * (horizon + 1) if config.estimator == "ppo" else 0}
   out["rl_update"] = sum(out.values())
   out["sft_step"] = int(config.sft_batch) * sum(int(e.oracle_steps)
