@@ -2,7 +2,7 @@
 
   python3 scripts/token_study.py --config=configs/token_study.py:small --workdir=DIR
 
-Writes results.jsonl, summary.json, summary.md and success_vs_turns.png into --workdir;
+Writes results.jsonl, summary.json, summary.md and paired_gain.png into --workdir;
 a rerun of the same command skips finished cells. All logic lives in
 credit_jax/experiments/token_study/study.py.
 """
