@@ -12,8 +12,9 @@ training's; success (where the env defines it) gets a 95% Wilson interval, the r
 95% t-interval. Prints the table, then writes its JSON to --output=PATH or, by default,
 to a new file per evaluation, --workdir/eval/<which>_update<N>.json (never overwriting
 one). A read-only workdir still gets the table, with a line saying where the JSON could
-not go (exit status 0); an --output that cannot be written exits 5. GRU and transformer
-policies are measured too. --imports=MODULE imports modules first (one that registers
+not go (exit status 0); an --output that cannot be written exits 5. Every recipe and
+network kind is measured (DQN: greedy argmax Q, sampled epsilon-greedy at config.epsilon;
+goal-conditioned recipes on their env's goals). --imports=MODULE imports modules first (one that registers
 the run's environment by name). Failures are one line with scripts/train.py's exit
 statuses (`--debug`: the traceback).
 All logic lives in credit_jax/runtime/evaluate.py.

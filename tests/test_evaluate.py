@@ -187,10 +187,22 @@ def test_script_on_an_unwritable_run_exits_0_with_the_table_and_5_for_an_explici
   assert f"--output={blocked}: could not write" in line and "free space" not in line
 
 
-# Every recipe that trains a policy network, with each network kind it accepts.
+def _trains_and_evaluates(c, workdir):
+  """Trains `c` into `workdir`, evaluates its latest checkpoint: 8 episodes per policy."""
+  runner.train_and_evaluate(c, workdir, log=lambda _: None)
+  out = evaluate.evaluate_run(workdir, episodes=8, log=lambda _: None)
+  for policy in ("sampled", "greedy"):
+    res = out["results"][policy]["all"]
+    assert res["episodes"] == 8 and res["ended"] == 1.0 and 0.0 <= res["success"] <= 1.0
+  assert os.path.exists(out["written_to"])
+
+
+# Every recipe that trains a policy network on KeyChain, with each network kind it
+# accepts (PPO also with a critic of its own: "actor+critic").
 RECIPES_BY_KIND = [(recipe, kind) for recipe in ("ppo", "grpo", "reinforce")
-                   for kind in ("mlp", "gru", "transformer")] + [
-                       ("search_then_train", "mlp")]
+                   for kind in ("mlp", "gru", "transformer", "tabular", "linear")] + [
+                       ("search_then_train", "mlp"), ("ppo", "mlp+mlp"),
+                       ("ppo", "mlp+gru"), ("ppo", "gru+mlp")]
 
 
 @pytest.mark.slow
@@ -199,7 +211,10 @@ def test_every_recipe_and_network_kind_evaluates(recipe, kind, tmp_path):
   c = algos.RECIPES[recipe].default_config()
   c.env_name = "KeyChain-v0"
   c.env_kwargs = {"horizon": 6, "num_pivotal": 1, "num_actions": 3}
+  kind, _, critic = kind.partition("+")
   c.network.kind = kind
+  if critic:
+    c.network.critic_kind = critic
   for field, value in (("horizon", 6), ("num_envs", 4), ("num_steps", 6),
                        ("num_minibatches", 2), ("update_epochs", 1), ("num_tasks", 4),
                        ("group_size", 2), ("num_episodes", 4), ("total_timesteps", 48),
@@ -209,10 +224,39 @@ def test_every_recipe_and_network_kind_evaluates(recipe, kind, tmp_path):
   c.chunk_updates, c.checkpoint_every = 1, 1
   if kind == "transformer":
     c.network.max_len = 8
-  workdir = str(tmp_path / "run")
-  runner.train_and_evaluate(c, workdir, log=lambda _: None)
-  out = evaluate.evaluate_run(workdir, episodes=8, log=lambda _: None)
-  for policy in ("sampled", "greedy"):
-    res = out["results"][policy]["all"]
-    assert res["episodes"] == 8 and res["ended"] == 1.0 and 0.0 <= res["success"] <= 1.0
-  assert os.path.exists(out["written_to"])
+  _trains_and_evaluates(c, str(tmp_path / "run"))
+
+
+# The recipes on goal / subgoal / token environments, at test_contract.py's tiny shapes.
+OTHER_RECIPES = ("dqn", "grpo_hindsight", "hierarchy", "token_agent")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", OTHER_RECIPES)
+def test_goal_hierarchy_and_token_recipes_evaluate(recipe, tmp_path):
+  from test_contract import tiny_config   # pylint: disable=import-outside-toplevel
+  c = tiny_config(recipe)
+  c.seeds = 1
+  _trains_and_evaluates(c, str(tmp_path / "run"))
+
+
+def test_dqn_greedy_is_argmax_q_and_sampled_is_epsilon_greedy_at_config_epsilon():
+  c = algos.RECIPES["dqn"].default_config()
+  c.env_kwargs.num_bits, c.horizon, c.epsilon = 3, 3, 0.25
+  c.network.hidden_sizes = (8,)
+  train = algos.make_train(c)
+  params = train.init(jax.random.PRNGKey(0)).params
+  obs = jnp.linspace(-1.0, 1.0, train.env.observation_space(train.env_params).shape[0])
+  network, _ = train_lib.make_network(c, train.env, train.env_params, value_head=False)
+  q, _ = network.apply(params, obs)
+  greedy, greedy_params = train.eval_policy(params, greedy=True)
+  sampled, sampled_params = train.eval_policy(params, greedy=False)
+  assert float(greedy_params[1]) == 0.0 and float(sampled_params[1]) == 0.25
+  keys = jax.random.split(jax.random.PRNGKey(1), 2000)
+  g = jax.vmap(lambda k: greedy(greedy_params, obs, k)[0])(keys)
+  a = jax.vmap(lambda k: sampled(sampled_params, obs, k)[0])(keys)
+  best = int(jnp.argmax(q))
+  assert bool(jnp.all(g == best))
+  # epsilon-greedy over A = 3 actions: the greedy one with 1 - 0.25 + 0.25 / 3.
+  frac = float(jnp.mean(a == best))
+  assert abs(frac - (0.75 + 0.25 / 3)) < 4 * (0.23 / 2000) ** 0.5, frac

@@ -257,8 +257,15 @@ def make_train(config, features=()) -> train_lib.Train:
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=aux), metrics
 
-  return train_lib.Train(
+  train = train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k: config[k] for k in HPARAMS}, num_updates=n_updates,
       env_steps_per_update=num_envs * horizon,
       headline=("greedy_success", "success", "relabel_weight"))
+  # What evaluating a checkpoint needs (train_lib.EVALUATION): greedy is argmax Q
+  # (epsilon 0); sampled is epsilon-greedy at `config.epsilon`, the run's final epsilon
+  # (DQN keeps it constant), on the env's own goals (`DesiredGoalWrapper`).
+  train.env, train.env_params = env, env_params
+  train.eval_policy = lambda params, greedy=False: (
+      policy_fn, (params, jnp.float32(0.0 if greedy else float(config.epsilon))))
+  return train

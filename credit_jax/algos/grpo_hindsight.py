@@ -199,11 +199,11 @@ def make_train(config, features=()) -> train_lib.Train:
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux={"success_ema": ema}), metrics
 
-  return train_lib.Train(
+  return train_lib.attach_evaluation(train_lib.Train(   # evaluated on the env's own goals
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={**{k: config[k] for k in HPARAMS if k in config},
                        **mode_hparams(config.relabel, config.relabel_weight)},
       num_updates=n_updates,
       env_steps_per_update=(num_tasks * group
                             * train_lib.episode_steps(config, env, env_params)),
-      headline=("success", "relabel_weight", "degenerate_frac"))
+      headline=("success", "relabel_weight", "degenerate_frac")), env, env_params, network)

@@ -205,6 +205,11 @@ class SubgoalWrapper(environment.Environment):
     self.inner_dim = int(env.observation_space(env.default_params).shape[0])
 
   @property
+  def inner(self) -> environment.Environment:
+    """The GoalGrid acted in (`credit_jax.envs.success` reads its kind)."""
+    return self._env
+
+  @property
   def default_params(self):
     return self._env.default_params
 
@@ -403,8 +408,18 @@ def make_train(config, features=()) -> train_lib.Train:
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux={}), metrics
 
-  return train_lib.Train(
+  train = train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={k_: config[k_] for k_ in HPARAMS}, num_updates=n_updates,
       env_steps_per_update=num_tasks * group * horizon,
       headline=("success", "worker_success", "manager_loss"))
+  # What evaluating a checkpoint needs (train_lib.EVALUATION): the pair acting in the
+  # subgoal env as in training, or (greedy) with zero Gumbel noise, so the manager takes
+  # its most probable subgoal and the worker its most probable move.
+  greedy_policy = PresampledPolicy(
+      draw=lambda key: jnp.zeros((env.num_subgoals + NUM_MOVES,), jnp.float32),
+      act=policy_fn.act)
+  train.env, train.env_params = env, env_params
+  train.eval_policy = lambda params, greedy=False: (
+      greedy_policy if greedy else policy_fn, params)
+  return train

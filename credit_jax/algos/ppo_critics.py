@@ -407,8 +407,16 @@ def make_train(config, hparam_names, n_updates: int, advantages_fn) -> train_lib
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=new_aux), metrics
 
-  return ppo_sequence.sequence_train(config, init_fn, update_fn, hparam_names, n_updates,
-                                     num_envs * num_steps, with_success)
+  train = ppo_sequence.sequence_train(config, init_fn, update_fn, hparam_names, n_updates,
+                                      num_envs * num_steps, with_success)
+  # What evaluating a checkpoint needs (train_lib.EVALUATION): the actor samples as in
+  # training, or (greedy) with zero Gumbel noise, i.e. takes its most probable action.
+  greedy_policy = dataclasses.replace(
+      policy, draw=lambda key: jnp.zeros((int(actor.module.num_actions),), jnp.float32))
+  train.env, train.env_params = env, env_params
+  train.eval_policy = lambda params, greedy=False: (
+      greedy_policy if greedy else policy, params)
+  return train
 
 
 def episode_values(critic: Part, critic_params, traj):

@@ -592,6 +592,14 @@ def make_train(config) -> train_lib.Train:
       headline=("success", "value_loss" if is_ppo else "degenerate_frac"))
   train.from_params = from_params
   train.supervised = supervised
+  # What evaluating a checkpoint needs (train_lib.EVALUATION): the LM on the run's own
+  # env and task split, sampling tokens as in training or (greedy) taking the argmax
+  # (`make_evaluate` measures the held-out split).
+  sampled_lm = lm.make_policy(network, value=False)
+  greedy_lm = lm.make_policy(network, value=False, greedy=True)
+  train.env, train.env_params = env, env_params
+  train.eval_policy = lambda params, greedy=False: (
+      greedy_lm if greedy else sampled_lm, params)
   return train
 
 

@@ -104,6 +104,11 @@ class DesiredGoalWrapper(GymnaxWrapper):
   (reset, attributes such as `goal_reward` and `obs_with_goal`) is the wrapped env's.
   """
 
+  @property
+  def inner(self) -> environment.Environment:
+    """The wrapped goal environment (`credit_jax.envs.success` reads its kind)."""
+    return self._env
+
   def reset(self, key: Array, params: Any = None):
     return self._env.reset(key, params)
 

@@ -33,7 +33,14 @@ sequence network (`config.network.kind` "gru" / "transformer": PPO, GRPO, REINFO
 it is built here from the config when the `Train` does not carry it: the same network
 (`algos.ppo_sequence.make_network`) on the config's environment, sampling as training
 does or (greedy) taking the most probable action, its memory carried by the rollout
-engine. Any other recipe without them is refused in one line (`ConfigError`).
+engine. Every built-in recipe is covered: the MLP / tabular / linear policies of PPO
+(its own value head or a critic of its own, `algos/ppo_critics.py`), GRPO, REINFORCE,
+search_then_train, grpo_hindsight (on its env's own goals) and hierarchy (manager and
+worker; greedy: both take their most probable choice); token_agent's LM on the run's own
+task split; DQN, whose greedy policy is argmax Q and whose sampled one is epsilon-greedy
+at `config.epsilon` (constant over a run, so its final epsilon) on the env's own goals.
+A `Train` without them (a `make_train` of one's own) is refused in one line
+(`ConfigError`).
 """
 from __future__ import annotations
 
@@ -114,9 +121,8 @@ def evaluation(train, config) -> Tuple[Any, Any, Callable]:
   raise algos.ConfigError(
       f"recipe {config.algo!r}{f' ({what})' if what else ''} does not provide "
       f"train.eval_policy / train.env / train.env_params, which evaluation needs "
-      f"(evaluate.py measures PPO, GRPO, REINFORCE and search_then_train with an MLP, GRU "
-      f"or transformer policy; dqn, grpo_hindsight, hierarchy, token_agent and PPO with "
-      f"a critic of its own are not yet covered)")
+      f"(every built-in recipe's Train does, train_lib.attach_evaluation; a GRU or "
+      f"transformer policy without them is built from network.kind here)")
 
 
 def _tuples(x):
