@@ -130,11 +130,6 @@ class ConveyorTreasure(Corridor):
     return ConveyorTreasureParams(reward_scale=PAPER_LENGTH / self.length,
                                   max_steps_in_episode=self.length)
 
-  def validate_params(self, params: ConveyorTreasureParams) -> None:
-    super().validate_params(params)
-    for name in ("apple_low", "apple_high", "treasure_reward", "reward_scale"):
-      base.check_param_range(name, getattr(params, name), -float("inf"))
-
   @property
   def cells(self) -> np.ndarray:
     """[L] int32 (host): the layout, `layout_cells(L)` (the same in every episode)."""

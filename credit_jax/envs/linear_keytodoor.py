@@ -110,6 +110,12 @@ class Corridor(base.CreditEnv):
   def num_actions(self) -> int:
     return 4
 
+  def validate_params(self, params) -> None:
+    """The base checks, and every reward parameter a finite number (any sign)."""
+    super().validate_params(params)
+    for name in ("apple_low", "apple_high", "treasure_reward", "reward_scale"):
+      base.check_param_range(name, getattr(params, name), -float("inf"))
+
   def corridor_step(self, state, action: jax.Array, content: jax.Array,
                     value: jax.Array, params) -> Tuple[Any, jax.Array, Dict]:
     """(next state, reward [] float32, info) of `action` ([] int32) on the current cell
@@ -194,8 +200,6 @@ class LinearKeyToDoor(Corridor):
   def validate_params(self, params: LinearKeyToDoorParams) -> None:
     super().validate_params(params)
     base.check_param_range("apple_prob", params.apple_prob, 0.0, 1.0)
-    for name in ("apple_low", "apple_high", "treasure_reward", "reward_scale"):
-      base.check_param_range(name, getattr(params, name), -float("inf"))
 
   def reset_env(self, key: jax.Array, params: LinearKeyToDoorParams
                 ) -> Tuple[jax.Array, LinearKeyToDoorState]:
