@@ -4,7 +4,7 @@
   python3 scripts/train.py --config=configs/grpo_keychain.py:small --workdir=/tmp/g \
       --config.seeds=8 --config.lr=1e-3
   python3 scripts/train.py --config=configs/ppo_cartpole.py --workdir=/tmp/u \
-      --config.env_name=UmbrellaChain-bsuite --config.env_kwargs.chain_length=30
+      --config.env_name=bsuite/UmbrellaChain-v0 --config.env_kwargs.chain_length=30
 
 Writes into --workdir: metrics.jsonl, tensorboard/, checkpoints/ (with config.json),
 learning_curve.png and summary.json. Running the same command again resumes from the

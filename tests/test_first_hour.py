@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import gymnax
 import jax
 import numpy as np
 import pytest
@@ -33,6 +34,51 @@ def test_unrelated_id_gets_no_suggestion_and_the_bsuite_ids_are_explained():
     envs.make("Zzz-v9")
   assert "did you mean" not in str(e.value)
   assert "bsuite's tasks as bsuite defines them are the bsuite/ ids" in str(e.value)
+
+
+def test_gymnax_bsuite_chains_are_listed_as_variants_of_the_bsuite_ids():
+  """One documented id per bsuite chain (the bsuite/ one); gymnax's *-bsuite ids are
+  other environments, and every listing says which to use and how they differ."""
+  with pytest.raises(ValueError) as e:
+    envs.make("Zzz-v9")
+  for gymnax_id, (task, _) in envs.GYMNAX_VARIANTS.items():
+    assert gymnax_id in gymnax.registered_envs and task in envs.registered_envs()
+    assert f"{gymnax_id} (gymnax's variant, not bsuite's task {task}: " in str(e.value)
+    assert envs.describe_env(task) == task
+  assert envs.describe_env("KeyChain-v0") == "KeyChain-v0"
+  # A config naming an unknown id is refused with the same "did you mean".
+  from credit_jax.algos import grpo   # pylint: disable=g-import-not-at-top
+  c = grpo.default_config()
+  c.env_name = "bsuite/UmbrelaChain-v0"
+  with pytest.raises(ValueError, match=r"^config\.env_name: unknown environment "
+                                       r"'bsuite/UmbrelaChain-v0' \(did you mean "
+                                       r"'bsuite/UmbrellaChain-v0'"):
+    grpo.validate_config(c)
+
+
+@pytest.mark.parametrize("gymnax_id", sorted(envs.GYMNAX_VARIANTS))
+def test_gymnax_variant_differs_from_the_bsuite_task(gymnax_id):
+  """What GYMNAX_VARIANTS says, checked: bsuite's task reports info["success"] and its
+  episodes terminate; gymnax's version does neither where the note says so."""
+  task, note = envs.GYMNAX_VARIANTS[gymnax_id]
+  rows = {}
+  for name in (task, gymnax_id):
+    env, params = envs.make(name)
+    key = jax.random.PRNGKey(0)
+    _, state = env.reset(key, params)
+    ended = []
+    for t in range(130):
+      key, k = jax.random.split(key)
+      _, state, _, term, trunc, info = env.step(k, state, t % env.num_actions, params)
+      ended.append((bool(term), bool(trunc)))
+    rows[name] = (env, "success" in info, ended)
+  assert rows[task][1] and not rows[gymnax_id][1] and "no info['success']" in note
+  assert not any(trunc for _, trunc in rows[task][2])
+  if gymnax_id == "UmbrellaChain-bsuite":   # 20 distractor bits against 0
+    assert rows[task][0].obs_shape == (23,)
+    assert rows[gymnax_id][0].observation_space(None).shape == (3,)
+  if gymnax_id == "DiscountingChain-bsuite":   # bsuite's ends by termination at 100
+    assert rows[task][2][99] == (True, False) and rows[gymnax_id][2][99] == (False, True)
 
 
 def _train(*args):

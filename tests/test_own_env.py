@@ -104,5 +104,24 @@ def test_success_rules_of_gymnax_ids():
       "KeyChain-v0", keychain, rewards, terminated, valid, {}), [True, False, True, True])
 
 
+def test_success_follows_every_wrapper_to_the_credit_env():
+  """Two nested wrappers (and three) around a CreditEnv: a positive return, as for the
+  bare env; wrappers around a gymnax env with no rule: no success."""
+  rewards = jnp.array([[0., 1.], [1., -1.]])
+  terminated = jnp.array([[0, 0], [1, 1]], bool)
+  valid = jnp.ones((2, 2), bool)
+  keychain, _ = envs.make("KeyChain-v0")
+  goalgrid, _ = envs.make("GoalGrid-v0")
+  for env in (envs.HistoryWrapper(envs.HistoryWrapper(keychain, 2), 3),
+              envs.HistoryWrapper(envs.DesiredGoalWrapper(goalgrid), 2),
+              envs.HistoryWrapper(envs.HistoryWrapper(envs.DesiredGoalWrapper(goalgrid),
+                                                      2), 2)):
+    np.testing.assert_array_equal(success.episode_success(
+        "Wrapped-v0", env, rewards, terminated, valid, {}), [True, False])
+  cartpole = envs.HistoryWrapper(envs.HistoryWrapper(envs.make("CartPole-v1")[0], 2), 2)
+  assert success.episode_success("Wrapped-v0", cartpole, rewards, terminated, valid,
+                                 {}) is None
+
+
 def test_cj_envs_exposes_register_publicly():
   assert {"register", "resolve", "success"} <= set(cj.envs.__all__)

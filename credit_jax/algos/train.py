@@ -148,9 +148,10 @@ def _validate_shared(config) -> None:
 
 
 def _validate_env(config) -> None:
-  known = envs.registered_envs()
-  require(config.env_name in known, "env_name",
-          f"unknown environment {config.env_name!r}; known: {', '.join(known)}")
+  try:
+    envs.resolve(config.env_name)   # an unknown id: "did you mean", the ids listed
+  except ValueError as e:
+    raise ConfigError(f"config.env_name: {e}") from None
   try:
     env, _ = make_env(config)
   except ValueError as e:

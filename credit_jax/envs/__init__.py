@@ -19,6 +19,12 @@ function returning one, whose keyword parameters are its static options), or nam
 import path in a config, `env_name="my_pkg.my_module:MyEnv"` (imported and registered
 on first use). A `CreditEnv` subclass reports `success` (return > 0) in every recipe.
 
+bsuite's chains: `bsuite/UmbrellaChain-v0`, `bsuite/MemoryChain-v0`,
+`bsuite/DiscountingChain-v0` (credit_jax/envs/bsuite.py) are the tasks as bsuite defines
+them. gymnax's `UmbrellaChain-bsuite`, `MemoryChain-bsuite`, `DiscountingChain-bsuite`
+pass through too, but they are different environments, not other spellings:
+`GYMNAX_VARIANTS` says how each differs, and every id listing marks them.
+
 Wrappers (`credit_jax/envs/wrappers.py`): `HistoryWrapper(env, W)` turns observations
 into a window of the last W; `DesiredGoalWrapper(env)` adds the episode's goal to a goal
 environment's `info` for hindsight relabeling.
@@ -56,14 +62,42 @@ _REGISTRY: Dict[str, type] = {
     "KeyToDoor-v0": KeyToDoor,
     "LinearKeyToDoor-v0": LinearKeyToDoor,
     "ConveyorTreasure-v0": conveyor_treasure.ConveyorTreasure,   # COCOA's corridor exactly
-    # bsuite's chains as bsuite defines them (credit_jax/envs/bsuite.py says how they
-    # differ from gymnax's "UmbrellaChain-bsuite", ... , which pass through unchanged).
+    # bsuite's chains as bsuite defines them: the ids to use for bsuite's tasks
+    # (`GYMNAX_VARIANTS` below: gymnax's versions under gymnax's ids differ).
     "bsuite/UmbrellaChain-v0": bsuite.UmbrellaChain,
     "bsuite/MemoryChain-v0": bsuite.MemoryChain,
     "bsuite/DiscountingChain-v0": bsuite.DiscountingChain,
     "ToolArith-v0": ToolArith,
     "ToolLookup-v0": ToolLookup,
 }
+
+
+# gymnax's own versions of bsuite's three chains, passed through unchanged under gymnax's
+# ids. They are not other spellings of the bsuite/ ids but different environments
+# (credit_jax/envs/bsuite.py's docstring says how, line by line; the same dynamics only
+# where these notes say nothing): a result on bsuite's task uses the bsuite/ id. Every
+# listing of ids (`describe_env`, an unknown id's message) says so beside the gymnax id.
+GYMNAX_VARIANTS: Dict[str, Tuple[str, str]] = {
+    "UmbrellaChain-bsuite": (
+        "bsuite/UmbrellaChain-v0", "0 distractor bits, not 20; cut at 100 steps; no "
+        "info['success'], so recipes report no success"),
+    "MemoryChain-bsuite": (
+        "bsuite/MemoryChain-v0", "cut at 1000 steps; no info['success'], where the "
+        "recipes' positive-reward test agrees"),
+    "DiscountingChain-bsuite": (
+        "bsuite/DiscountingChain-v0", "bonus chain indexed by mapping_seed itself, so "
+        "15 of bsuite's 20 seeds have no bonus; ends by truncation, not termination; no "
+        "info['success']"),
+}
+
+
+def describe_env(name: str) -> str:
+  """`name` as an id listing shows it: gymnax's bsuite chains name bsuite's task and how
+  they differ (`GYMNAX_VARIANTS`), every other id is itself."""
+  if name in GYMNAX_VARIANTS:
+    task, differs = GYMNAX_VARIANTS[name]
+    return f"{name} (gymnax's variant, not bsuite's task {task}: {differs})"
+  return name
 
 
 def register(name: str, factory: Callable[..., Any], *, replace: bool = False) -> None:
@@ -123,11 +157,10 @@ def resolve(name: str) -> Optional[Callable[..., Any]]:
   if isinstance(name, str) and ":" in name:
     register(name, _import_factory(name))
     return _REGISTRY[name]
-  raise ValueError(f"unknown environment {name!r}{_did_you_mean(name)}; known: "
-                   f"{', '.join(registered_envs())} (bsuite's tasks as bsuite defines "
-                   f"them are the bsuite/ ids; gymnax's *-bsuite versions differ, "
-                   f"credit_jax/envs/bsuite.py; or register your own: "
-                   f"credit_jax.envs.register, or 'pkg.module:Class')")
+  raise ValueError(
+      f"unknown environment {name!r}{_did_you_mean(name)}; known: "
+      f"{', '.join(describe_env(k) for k in registered_envs())} (bsuite's tasks as "
+      f"bsuite defines them are the bsuite/ ids, credit_jax/envs/bsuite.py; or register your own: credit_jax.envs.register, or 'pkg.module:Class')")
 
 
 def _did_you_mean(name: Any) -> str:
@@ -197,7 +230,8 @@ def make(name: str, **overrides: Any) -> Tuple[Any, Any]:
 
 
 __all__ = [
-    "BitFlip", "CreditEnv", "DesiredGoalWrapper", "GoalEnvMixin", "GoalGrid",
+    "BitFlip", "CreditEnv", "DesiredGoalWrapper", "GYMNAX_VARIANTS", "GoalEnvMixin",
+    "GoalGrid", "describe_env",
     "HistoryState", "HistoryWrapper", "KeyChain", "KeyToDoor", "LinearKeyToDoor",
     "RunningSum", "TextEdit", "ToolArith", "ToolLookup", "make", "overrides_of", "register",
     "registered_envs", "resolve", "success",

@@ -6,7 +6,9 @@ credit assignment with `umbrella_length` and `discounting_chain` and memory with
 `MemoryChain-bsuite`, `DiscountingChain-bsuite`); these adapters subclass them and fix
 where gymnax's version departs from bsuite's definition (bsuite's
 `environments/umbrella_chain.py`, `memory_chain.py`, `discounting_chain.py` and the
-experiments' `sweep.py`), so that a result here is a result on bsuite's task:
+experiments' `sweep.py`), so that a result here is a result on bsuite's task. These
+ids are the ones to use for bsuite's tasks; gymnax's ids still reach gymnax's versions,
+listed as variants (`credit_jax.envs.GYMNAX_VARIANTS`, `describe_env`):
 
   id                           experiment          bsuite setting swept
   "bsuite/UmbrellaChain-v0"    umbrella_length     chain_length (params), n_distractor 20

@@ -15,8 +15,9 @@ For the first two the final reward is the only nonzero one, so the recipes' own 
 (return > 0, or some reward > 0) is this rule, and `credit_jax.episodes.has_success` turns
 their `success` metric on. On UmbrellaChain every earlier step pays a random +-1
 distractor, so the return says little about the umbrella; the recipes do not report its
-`success` (use the `bsuite/UmbrellaChain-v0` adapter where it exists, whose
-`info["success"]` they read), while `scripts/evaluate.py` applies the rule itself.
+`success` (use `bsuite/UmbrellaChain-v0`, bsuite's task as bsuite defines it, whose
+`info["success"]` they read; gymnax's id is a different environment,
+`credit_jax.envs.GYMNAX_VARIANTS`), while `scripts/evaluate.py` applies the rule itself.
 Not defined: DeepSea (its reward at the goal is noisy unless `deterministic`),
 DiscountingChain (every chain pays; bsuite scores the chain chosen), the classic-control
 and MinAtar ids (scored by return).
@@ -77,16 +78,28 @@ def final_reward_success(rewards: jax.Array, terminated: jax.Array,
   return jnp.logical_and(ended, final > 0)
 
 
+def _innermost_credit_env(env: Any) -> Any:
+  """The first `CreditEnv` met following `inner` from `env` (any number of wrappers:
+  `HistoryWrapper(DesiredGoalWrapper(GoalGrid))` gives the GoalGrid), or None."""
+  seen = set()
+  while env is not None and id(env) not in seen:
+    if isinstance(env, CreditEnv):
+      return env
+    seen.add(id(env))
+    env = getattr(env, "inner", None)
+  return None
+
+
 def episode_success(name: str, env: Any, rewards: jax.Array, terminated: jax.Array,
                     valid: jax.Array, info: Any) -> Optional[jax.Array]:
   """[B] bool success of each column's first episode, or None where `name` has none.
 
-  `info["success"]` where the env reports it; else, for a `CreditEnv`, a positive return;
-  else the id's rule (`RULES`). Arrays as in `final_reward_success`.
+  `info["success"]` where the env reports it; else, for a `CreditEnv` (or wrappers around
+  one, followed through every `inner`), a positive return; else the id's rule (`RULES`). Arrays as in `final_reward_success`.
   """
   if isinstance(info, dict) and "success" in info:
     return jnp.any(jnp.logical_and(info["success"], valid), axis=0)
-  if isinstance(getattr(env, "inner", env), CreditEnv):   # HistoryWrapper: its inner env
+  if _innermost_credit_env(env) is not None:
     return jnp.sum(jnp.where(valid, rewards, 0.0), axis=0) > 0
   if rule_for(name) is not None:
     return final_reward_success(rewards, terminated, valid)
