@@ -1,4 +1,4 @@
-"""Runs the horizon answer, part A (credit_jax/experiments/horizon_answer/); see
+"""Runs the horizon answer, parts A and B (credit_jax/experiments/horizon_answer/); see
 configs/horizon.py.
 
   python3 scripts/horizon.py --config=configs/horizon.py:small --workdir=runs/horizon_small

@@ -42,7 +42,7 @@ import numpy as np
 
 from credit_jax.algos import ConfigError
 from credit_jax.experiments import report
-from credit_jax.experiments.horizon_answer import anatomy
+from credit_jax.experiments.horizon_answer import anatomy, learning
 
 __all__ = ["default_config", "num_seeds", "probes_of", "run", "unit_statistics",
            "validate_config"]
@@ -51,7 +51,7 @@ __all__ = ["default_config", "num_seeds", "probes_of", "run", "unit_statistics",
 def default_config() -> ml_collections.ConfigDict:
   """Part A at full size (configs/horizon.py:full)."""
   c = ml_collections.ConfigDict()
-  c.part = "A"                       # the part of issue 51 this study runs
+  c.part = "AB"                      # the parts of issue 51 this study runs: A, B or AB
   c.horizons = (10, 30, 100, 300, 1000, 3000)   # T of the credit probe and the control
   c.sigmas = (0.0, 0.5)              # the probe's episode reward-noise std (per step / sqrt T)
   c.control = True                   # the default KeyChain at every T as the control
@@ -66,6 +66,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.bootstrap = 200                  # bootstrap resamples for the intervals
   c.chunk_steps = 400_000            # env steps per set per compiled chunk (memory)
   c.seed = 0
+  c.learning = learning.default_config()   # part B (learning.py, part_b.py)
   return c
 
 
@@ -76,8 +77,10 @@ def num_seeds(config) -> int:
 
 def validate_config(config) -> None:
   """Raises ConfigError naming the first field that cannot run."""
-  if config.part != "A":
-    raise ConfigError(f"config.part: only part 'A' is built, got {config.part!r}")
+  if config.part not in ("A", "B", "AB"):
+    raise ConfigError(f"config.part: 'A', 'B' or 'AB', got {config.part!r}")
+  if "B" in config.part:
+    learning.validate_config(config.learning)
   unit = int(np.lcm(int(config.loo_batch), int(config.group_size)))
   if int(config.episodes) < unit or int(config.episodes) % unit:
     raise ConfigError(f"config.episodes: must be a positive multiple of lcm(loo_batch, "
@@ -197,9 +200,22 @@ def _cell(config, probe, chunk_fn, policy, beta, success, key) -> dict:
 
 
 def run(config, workdir: str, log=print) -> dict:
-  """Runs part A (module doc); writes cells/, summary.json, results.md, results.csv and
-  the figures; returns the summary."""
+  """Runs the parts of `config.part`: A (module doc; writes cells/, summary.json,
+  results.md, results.csv and the figures in `workdir`) and B (part_b.py; the same under
+  `workdir/B`); returns A's summary, with B's under "B" (B's alone for part "B")."""
   validate_config(config)
+  summary = run_a(config, workdir, log) if "A" in config.part else None
+  if "B" in config.part:
+    from credit_jax.experiments.horizon_answer import part_b   # pylint: disable=g-import-not-at-top
+    b = part_b.run(config, workdir, log)
+    if summary is None:
+      return b
+    summary["B"] = b
+  return summary
+
+
+def run_a(config, workdir: str, log=print) -> dict:
+  """Part A alone (module doc)."""
   os.makedirs(os.path.join(workdir, "cells"), exist_ok=True)
   watch = report.Stopwatch()
   records = []
