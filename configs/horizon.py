@@ -21,6 +21,7 @@ from credit_jax.experiments import horizon_answer
 def get_config(arg=None):
   """Returns the config; `arg` picks a variant (None or "full", "small")."""
   c = horizon_answer.default_config()
+  c.part = "AB"
   if arg in (None, "", "full"):
     pass
   elif arg == "small":

@@ -27,6 +27,11 @@ step), under the oracle critic 0; REINFORCE's SNR per episode falls as 1/T (the 
 log-log slope of snr_step x T against T, with bootstrap intervals).
 
 Cells are saved as they finish (`cells/<probe>/<policy>.json`); a rerun skips them.
+
+Part B (`config.part` "B" or "AB"; configs/horizon.py's variants run "AB"), tabular
+policies learning the credit probe and the control, is `learning.py` (the arms, the
+vmapped training program, resumable cells; its fields are `config.learning`) and
+`part_b.py` (tuning, the reported cells, survival statistics, pages under `workdir/B`).
 """
 from __future__ import annotations
 
@@ -49,9 +54,10 @@ __all__ = ["default_config", "num_seeds", "probes_of", "run", "unit_statistics",
 
 
 def default_config() -> ml_collections.ConfigDict:
-  """Part A at full size (configs/horizon.py:full)."""
+  """Part A at full size, part B's fields at full size (configs/horizon.py:full runs
+  both: `part` "AB")."""
   c = ml_collections.ConfigDict()
-  c.part = "AB"                      # the parts of issue 51 this study runs: A, B or AB
+  c.part = "A"                       # the parts of issue 51 this study runs: A, B or AB
   c.horizons = (10, 30, 100, 300, 1000, 3000)   # T of the credit probe and the control
   c.sigmas = (0.0, 0.5)              # the probe's episode reward-noise std (per step / sqrt T)
   c.control = True                   # the default KeyChain at every T as the control
