@@ -13,8 +13,8 @@ Variants:
       seeds with 500 episodes (bsuite: 1,000). Its scores are bsuite's formulas on fewer
       episodes, so they are lower than a bsuite-length run's would be.
   "bsuite": bsuite's own protocol: the five experiments at bsuite's sweeps and episode
-      counts, 5 seeds; PPO MLP and GRPO K = 5 on all five, PPO GRU on the memory
-      experiments. ~20.6M env steps per seed and
+      counts, 5 seeds; PPO MLP, GRPO K = 5 and DQN (bsuite's best published umbrella
+      agent is a DQN) on all five, PPO GRU on the memory experiments. ~20.6M env steps per seed and
       method (docs/results/bsuite.md states its CPU-hours); not run on 2 cores.
   "full": "bsuite" plus chain / memory lengths 300 and 1000 (10,000 episodes each) and
       discounting_chain_long (reward horizons up to 1000 steps, 1,000 episodes per bonus
@@ -36,6 +36,7 @@ def get_config(arg=None):
     pass
   elif arg in ("bsuite", "full"):
     c.seeds = 5
+    c.methods = ("ppo_mlp_g0.99_l0.95", "grpo_k5", "dqn")
     c.umbrella_lengths = scoring.BSUITE_LENGTHS
     c.umbrella_distractors = scoring.BSUITE_LENGTHS
     c.memory_lengths = scoring.BSUITE_LENGTHS

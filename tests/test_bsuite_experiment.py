@@ -109,10 +109,13 @@ def test_config_errors_name_the_field(field, value, match):
 
 def test_cells_group_mapping_seeds_by_bonus_chain_and_keys_are_per_run():
   config = load_config("bsuite", "full")
+  config.buckets = ()   # one program per bonus chain
   cells = specs.cells_of("discounting_chain", config, "reinforce")
   assert [c.settings for c in cells] == [(0, 5, 10, 15), (1, 6, 11, 16), (2, 7, 12, 17),
                                          (3, 8, 13, 18), (4, 9, 14, 19)]
   assert [c.episode_len for c in specs.cells_of("memory_len", config)][-2:] == [301, 1001]
+  config.buckets = (10, 30, 100)
+  assert len(specs.cells_of("discounting_chain", config, "reinforce")) == 1
   assert specs.cells_of("discounting_chain_long", config)[-1].episode_len == 1000
   assert bsuite.num_seeds(config) == 20 * config.seeds   # discounting: one program
   from credit_jax.experiments.bsuite import runner
@@ -136,5 +139,12 @@ def test_method_names_pick_the_recipe_and_network():
   cell = specs.cells_of("memory_len", config, "reinforce")[0]
   rf = specs.recipe_config("reinforce", cell, config)
   assert (rf.algo, rf.num_envs, rf.horizon, rf.credit) == ("reinforce", 20, 3, "terminal")
-  config.methods = ("grpo_k5_gru", "reinforce_rtg")
+  assert (rf.curriculum.kind, rf.curriculum.param) == ("fixed", "memory_length")
+  cell = specs.cells_of("umbrella_length", config, "dqn")[0]
+  q = specs.recipe_config("dqn", cell, config)
+  assert (q.algo, q.relabel_weight, q.clip_target, q.num_envs, q.horizon) == \
+      ("dqn", 0.0, False, 20, 3)
+  assert (q.epsilon, q.batch_size, q.buffer_size, q.grad_steps) == (0.05, 32, 10_000, 15)
+  assert (q.curriculum.kind, q.curriculum.param) == ("fixed", "chain_length")
+  config.methods = ("grpo_k5_gru", "reinforce_rtg", "dqn")
   bsuite.validate_config(config)

@@ -167,8 +167,9 @@ def test_buckets_group_settings_and_pad_to_the_longest():
   size = specs.cells_of("memory_size", config, "ppo_gru_g0.99_l0.95")
   assert [c.settings[-1] for c in size] == [10, 30, 40]
   assert dict(size[-1].env_kwargs)["num_bits"] == 40
-  # REINFORCE takes no setting per run: one program per setting
-  assert len(specs.cells_of("umbrella_length", config, "reinforce")) == 23
+  # REINFORCE and DQN take their setting per run too (a one-stage curriculum)
+  assert len(specs.cells_of("umbrella_length", config, "reinforce")) == 3
+  assert len(specs.cells_of("umbrella_length", config, "dqn")) == 3
   config.buckets = ()
   assert len(specs.cells_of("umbrella_length", config, "grpo_k5")) == 23
 
@@ -180,10 +181,13 @@ def test_buckets_group_settings_and_pad_to_the_longest():
     ("grpo_k5", "umbrella_length"),
     ("ppo_gru_g0.99_l0.95", "memory_len"),
     ("ppo_mlp_g0.99_l0.95", "discounting_chain"),
+    ("dqn", "umbrella_length"),
+    ("reinforce", "memory_len"),
 ])
 def test_bucketed_program_gives_the_per_setting_programs_runs(method, experiment):
   config = _config()
-  config.lrs.ppo = config.lrs.grpo = 0.0     # a fixed policy: the same actions
+  for family in ("ppo", "grpo", "dqn", "reinforce"):   # a fixed policy: the same actions
+    config.lrs[family] = 0.0
   config.buckets = (10,)
   (bucket,) = specs.cells_of(experiment, config, method)
   assert bucket.field is not None and len(bucket.settings) >= 2

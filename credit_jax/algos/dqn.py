@@ -1,4 +1,4 @@
-"""DQN with hindsight experience replay (HER), for goal environments.
+"""DQN, with hindsight experience replay (HER) on goal environments.
 
 One update is one HER "cycle": collect `num_envs` whole episodes with an epsilon-greedy
 policy, relabel them with `hindsight.relabel` (strategy `her_strategy`, `her_k` goals
@@ -9,7 +9,23 @@ and move the target network towards the online one (Polyak, `target_tau`).
 Success, as in every recipe, is measured on the original goals: `success` is the
 fraction of the cycle's collected episodes that the behaviour policy (epsilon-greedy,
 the policy DQN samples with) solved; `greedy_success` that of `eval_envs` fresh episodes
-run by the greedy policy (epsilon 0), the figure HER reports.
+run by the greedy policy (epsilon 0), the figure HER reports. An episode succeeded when
+`info["success"]` is set on one of its valid steps where the environment reports it
+(bsuite's chains, KeyToDoor: there a positive reward is no guide), else when it got a
+positive reward (`credit_jax/episodes.py`'s `success_signal`); `return` is the mean
+return of the collected episodes.
+
+Without relabeling: on an environment that is not a goal environment (no
+`goal_reward`) `config.relabel_weight` must be 0 and the recipe is plain double DQN:
+every valid step of the collected episodes is written with weight 1 and nothing is
+relabeled (no `DesiredGoalWrapper`, no `hindsight.relabel`).
+
+Curriculum (`config.curriculum`, the hook of `credit_jax/addons/curriculum.py`): the
+env params of each cycle's collected and greedy episodes are the curriculum's; its
+state rides in `TrainState.aux["curriculum"]` per run, so a vmapped program can hold a
+different traced setting per run (a one-stage fixed curriculum, as the bsuite study
+uses, `credit_jax/experiments/bsuite/runner.py`). DQN has no advantages: the hook's
+`Outcome.advantages` are zeros, and its value-loss PLR scores are refused.
 
 Targets are double-DQN: `r + gamma * (1 - terminated) * Q_target(s', argmax_a Q(s', a))`,
 where `s'` is the observation after the step before any auto-reset, so a truncated
@@ -19,7 +35,8 @@ see `credit_jax/hindsight.py`). `config.reward_offset` is added to every stored 
 (every step that misses the goal costs 1, so an untrained Q near 0 is optimistic);
 `config.clip_target` clips targets to the range of returns the rewards allow
 (`[min(r, 0), max(r, 0)] / (1 - gamma)` over r in {offset, 1 + offset}), as the paper
-clips to `[-1 / (1 - gamma), 0]`. Each sample's squared error is weighted by its example
+clips to `[-1 / (1 - gamma), 0]`; those bounds hold for a goal environment's rewards
+only, so a non-goal environment needs `clip_target = False`. Each sample's squared error is weighted by its example
 weight (1 for real transitions, the scheduled `relabel_weight` for relabeled ones).
 
 Warm start: relabeled examples are written with weight `relabel_schedule(success_ema,
@@ -37,11 +54,15 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from credit_jax import envs, hindsight, replay, rollout
+from credit_jax import envs, episodes, hindsight, replay, rollout
+from credit_jax.addons import features as features_lib, hooks as hooks_lib
 from credit_jax.algos import train as train_lib
 
 HPARAMS = ("lr", "gamma", "epsilon", "target_tau", "max_grad_norm", "relabel_weight",
            "relabel_threshold", "relabel_ramp")
+# The hook this recipe takes (credit_jax/addons/hooks.py): the curriculum's env params.
+HOOKS = ("curriculum",)
+RECIPE = hooks_lib.Recipe("dqn", HOOKS, rollout=hooks_lib.EPISODES)
 
 
 def add_relabel_fields(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -103,16 +124,33 @@ def validate_fields(config) -> None:
       f"must lie in (0, 1], got {config.target_tau}")
   req(-1.0 <= config.get("reward_offset", 0.0) <= 0.0, "reward_offset",
       f"must lie in [-1, 0], got {config.get('reward_offset')}")
-  validate_relabel_fields(config)
+  validate_relabel_fields(config, allow_plain=True)
+  if not is_goal_env(config):
+    req(not bool(config.get("clip_target", False)), "clip_target",
+        f"its bounds assume a goal environment's rewards {{offset, 1 + offset}}; "
+        f"{config.env_name} is not one, set clip_target=False")
 
 
 def validate_config(config, features=()) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "dqn", validate_fields, passed=tuple(features))
+  train_lib.validate(config, "dqn", validate_fields, RECIPE, passed=tuple(features))
 
 
-def validate_relabel_fields(config) -> None:
-  """Checks the relabeling fields both hindsight recipes share (DQN here, GRPO)."""
+def is_goal_env(config) -> bool:
+  """Whether `config.env_name` is a goal environment (has `goal_reward` to relabel
+  with); False also when it cannot be made (validation names that next)."""
+  try:
+    env, _ = train_lib.make_env(config)
+  except ValueError:
+    return False
+  return hasattr(env, "goal_reward")
+
+
+def validate_relabel_fields(config, allow_plain: bool = False) -> None:
+  """Checks the relabeling fields both hindsight recipes share (DQN here, GRPO).
+
+  `allow_plain`: a non-goal environment is accepted when `relabel_weight` is 0 (DQN
+  without relabeling)."""
   req = train_lib.require
   req(config.relabel_weight >= 0.0, "relabel_weight",
       f"must be >= 0, got {config.relabel_weight}")
@@ -125,8 +163,11 @@ def validate_relabel_fields(config) -> None:
     env, _ = train_lib.make_env(config)
   except ValueError:
     return  # train_lib.validate reports a bad environment next, naming its fields
+  if allow_plain and float(config.relabel_weight) == 0.0:
+    return
   req(hasattr(env, "goal_reward"), "env_name",
-      f"{config.env_name} is not a goal environment (no goal_reward to relabel with)")
+      f"{config.env_name} is not a goal environment (no goal_reward to relabel with)"
+      + ("; set relabel_weight=0 for DQN without relabeling" if allow_plain else ""))
 
 
 def epsilon_greedy_policy(network):
@@ -150,15 +191,39 @@ def epsilon_greedy_policy(network):
 
 
 def episode_success(traj) -> jax.Array:
-  """[B] float32: the episode got a positive reward on one of its valid steps."""
-  return jnp.any(jnp.logical_and(traj.valid, traj.rewards > 0), axis=0).astype(jnp.float32)
+  """[B] float32: the episode succeeded on one of its valid steps (`info["success"]`
+  where the env reports it, else a positive reward: `episodes.success_signal`)."""
+  hit = episodes.success_signal(traj) > 0
+  return jnp.any(jnp.logical_and(traj.valid, hit), axis=0).astype(jnp.float32)
+
+
+def double_q_targets(reward, discount, q_next_online, q_next_target, gamma,
+                     bounds=None) -> jax.Array:
+  """[N] double-DQN targets `r + gamma * discount * Q_target(s', argmax_a Q(s', a))`.
+
+  reward, discount: [N]; q_next_online, q_next_target: [N, A] Q-values of the next
+  observation under the online and target networks; `bounds`: `(lo, hi)` to clip the
+  targets to, or None.
+  """
+  if q_next_online.ndim != 2 or q_next_online.shape != q_next_target.shape or \
+      reward.shape != q_next_online.shape[:1] or discount.shape != reward.shape:
+    raise ValueError(f"need reward, discount [N] and Q [N, A] alike, got "
+                     f"{reward.shape}, {discount.shape}, {q_next_online.shape}, "
+                     f"{q_next_target.shape}")
+  best = jnp.argmax(q_next_online, axis=1)
+  q_next = jnp.take_along_axis(q_next_target, best[:, None], axis=1)[:, 0]
+  y = reward + gamma * discount * q_next
+  return y if bounds is None else jnp.clip(y, bounds[0], bounds[1])
 
 
 def make_train(config, features=()) -> train_lib.Train:
-  """`Train` for DQN(+HER) on goal environment `config.env_name`."""
-  validate_config(config, features)   # it takes no features: any turned on is refused
-  env, env_params = train_lib.make_env(config)
-  env = envs.DesiredGoalWrapper(env)
+  """`Train` for DQN (+HER on a goal environment) on `config.env_name`."""
+  passed = tuple(features)
+  validate_config(config, passed)     # of the features, it takes the curriculum only
+  env, env_params = features_lib.wrap_env(config, *train_lib.make_env(config), passed)
+  goal_env = hasattr(env, "goal_reward")
+  if goal_env:
+    env = envs.DesiredGoalWrapper(env)
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)
   policy_fn = epsilon_greedy_policy(network)
   num_envs, horizon = int(config.num_envs), int(config.horizon)
@@ -174,26 +239,30 @@ def make_train(config, features=()) -> train_lib.Train:
              "reward": jnp.zeros(()), "next_obs": jnp.zeros(obs_shape, jnp.float32),
              "discount": jnp.zeros(()), "weight": jnp.zeros(())}
 
+  hooks = features_lib.bind(config, RECIPE, env, env_params, policy_fn, num_envs,
+                            network, passed=passed)
+
   def init_fn(key, hp):
-    return train_lib.init_train_state(
-        network, key, obs_shape, hp, optimizer,
-        lambda params: {"target": params, "buffer": replay.init(example, capacity),
-                        "success_ema": jnp.zeros(())})
+    def aux_fn(params, *keys):
+      return {"target": params, "buffer": replay.init(example, capacity),
+              "success_ema": jnp.zeros(()), **hooks.init(keys[0] if keys else None)}
+    return train_lib.init_train_state(network, key, obs_shape, hp, optimizer, aux_fn,
+                                      aux_keys=hooks.init_keys)
 
   def loss_fn(params, target, batch, hp):
     q_all, _ = network.apply(params, batch["obs"])                     # [N, A]
     q = jnp.take_along_axis(q_all, batch["action"][:, None], axis=1)[:, 0]
     q_next_online, _ = network.apply(params, batch["next_obs"])
     q_next_target, _ = network.apply(target, batch["next_obs"])
-    best = jnp.argmax(q_next_online, axis=1)
-    q_next = jnp.take_along_axis(q_next_target, best[:, None], axis=1)[:, 0]
-    y = batch["reward"] + hp["gamma"] * batch["discount"] * q_next
+    bounds = None
     if clip_target:
       # Returns of rewards in {offset, 1 + offset} lie within these bounds.
       horizon_sum = 1.0 / jnp.maximum(1.0 - hp["gamma"], 1e-6)
-      y = jnp.clip(y, min(reward_offset, 0.0) * horizon_sum,
-                   max(1.0 + reward_offset, 0.0) * horizon_sum)
-    y = jax.lax.stop_gradient(y)
+      bounds = (min(reward_offset, 0.0) * horizon_sum,
+                max(1.0 + reward_offset, 0.0) * horizon_sum)
+    y = jax.lax.stop_gradient(double_q_targets(
+        batch["reward"], batch["discount"], q_next_online, q_next_target, hp["gamma"],
+        bounds))
     loss = jnp.mean(batch["weight"] * jnp.square(q - y))
     return loss, {"q_mean": jnp.mean(q)}
 
@@ -201,9 +270,13 @@ def make_train(config, features=()) -> train_lib.Train:
 
   def transitions(traj, key, weight):
     """Flattened examples `{name: [N, ...]}` and the mask of those that exist."""
-    out = hindsight.relabel(env, traj, key, strategy=strategy, num_goals=her_k,
-                            relabel_weight=weight)
-    traj, weights, relabeled = out.traj, out.weights, out.relabeled
+    if goal_env:
+      out = hindsight.relabel(env, traj, key, strategy=strategy, num_goals=her_k,
+                              relabel_weight=weight)
+      traj, weights, relabeled = out.traj, out.weights, out.relabeled
+    else:   # plain DQN: every valid step, weight 1, nothing relabeled
+      weights = traj.valid.astype(jnp.float32)
+      relabeled = jnp.zeros(weights.shape, bool)
     flat = lambda x: x.reshape((-1,) + x.shape[weights.ndim:])
     items = {"obs": flat(traj.obs), "action": flat(traj.actions),
              "reward": flat(traj.rewards) + reward_offset,
@@ -216,7 +289,10 @@ def make_train(config, features=()) -> train_lib.Train:
 
   def update_fn(state, hp):
     key, k_roll, k_rel, k_learn, k_eval = jax.random.split(state.key, 5)
-    traj = rollout.collect_episodes(env, env_params, policy_fn,
+    # The curriculum's params (without one, env_params unchanged; the hook's key is
+    # derived from k_eval so that the other draws stay as they were).
+    roll_params, notes = hooks.env_params(state.aux, env_params, state.update, k_eval)
+    traj = rollout.collect_episodes(env, roll_params, policy_fn,
                                     (state.params, hp["epsilon"]), k_roll, num_envs,
                                     horizon)
     train_success = jnp.mean(episode_success(traj))
@@ -244,16 +320,21 @@ def make_train(config, features=()) -> train_lib.Train:
                                           jax.random.split(k_learn, grad_steps))
     tau = hp["target_tau"]
     target = jax.tree.map(lambda t, p: (1.0 - tau) * t + tau * p, target, params)
-    evaluation = rollout.collect_episodes(env, env_params, policy_fn, (params, 0.0),
+    evaluation = rollout.collect_episodes(env, roll_params, policy_fn, (params, 0.0),
                                           k_eval, eval_envs, horizon)
     metrics = jax.tree.map(jnp.mean, m)
+    returns = jnp.sum(jnp.where(traj.valid, traj.rewards, 0.0), axis=0)     # [B]
     metrics.update({
-        "lr": lr, "success": train_success,
+        "lr": lr, "success": train_success, "return": jnp.mean(returns),
         "greedy_success": jnp.mean(episode_success(evaluation)), "success_ema": ema,
         "relabel_weight": weight,
         "relabeled_frac": relabeled_frac, "buffer_size": buffer.size.astype(jnp.float32),
         "episode_length": jnp.sum(traj.valid, axis=0).astype(jnp.float32).mean()})
-    aux = {"target": target, "buffer": buffer, "success_ema": ema}
+    aux = {**state.aux, "target": target, "buffer": buffer, "success_ema": ema}
+    aux, metrics = hooks.observe(aux, notes, hooks_lib.Outcome(
+        train_success, jnp.zeros_like(traj.rewards), traj), metrics)
+    if hooks.counts_steps:
+      metrics["env_steps"] = jnp.sum(traj.valid).astype(jnp.float32)
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                              update=state.update + 1, aux=aux), metrics
 

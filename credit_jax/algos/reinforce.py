@@ -53,7 +53,7 @@ BASELINES = ("none", "mean", "value")
 # Features (credit_jax/addons/features.py) this recipe takes, MLP and sequence networks
 # alike: RUDDER's redistributed rewards (`shape_rewards`), HCA's and COCOA's credit (the
 # `advantages` slot); and any feature passed to `make_train` as an object.
-HOOKS = ("rudder", "hca", "cocoa")
+HOOKS = ("curriculum", "rudder", "hca", "cocoa")
 RECIPE = hooks_lib.Recipe("reinforce", HOOKS, rollout=hooks_lib.EPISODES, open=True)
 
 

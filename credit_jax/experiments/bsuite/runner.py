@@ -5,7 +5,7 @@ built by `credit_jax.algos.make_train` and run in chunks of updates (a progress 
 each, which also feeds the watchdog). Per run and update the record keeps the episodes
 that ended, how many of them succeeded (`success`: right umbrella, right recall, bonus
 chain) and the sum of their returns, read from the recipe's metrics: `episodes` (PPO)
-or the fixed `episodes_per_update` (GRPO, REINFORCE: every episode is whole), times its
+or the fixed `episodes_per_update` (GRPO, REINFORCE, DQN: every episode is whole), times its
 `success` and `return` means. From these the scores follow bsuite's definitions:
 umbrella regret = 2 (episodes - successes), memory total_perfect = successes,
 discounting total_return = the returns' sum.
@@ -17,9 +17,9 @@ A bucketed cell (specs.py) runs several settings in one program on a `PaddedChai
     `TrainState.aux["env_state"]` (and their observations in `aux["obs"]`); a padded
     state keeps its setting through every reset, so each run's first episodes are
     drawn again with its setting (`PaddedChain.with_setting`, the same keys);
-  * GRPO (MLP, GRU): a one-stage fixed curriculum on the swept field
+  * GRPO, REINFORCE (MLP, GRU) and DQN: a one-stage fixed curriculum on the swept field
     (credit_jax/addons/curriculum.py), whose stage value is traced per run in
-    `aux["curriculum"]["values"]`; each update's tasks reset with it.
+    `aux["curriculum"]["values"]`; each update's episodes reset with it.
 PPO counts the padding episode that follows each real one as an episode (return 0, no
 success); a padded PPO run ends exactly one real episode per environment and update
 (`episodes_per_update`), so its counts are taken from that.
@@ -74,10 +74,10 @@ def place_settings(state, settings: jax.Array, family: str, cfg):
   GRPO's one-stage curriculum value set. Raises ValueError when the recipe's state does
   not carry what this needs (a recipe whose aux changed)."""
   aux = dict(state.aux)
-  if family == "grpo":
+  if family in specs.CURRICULUM_FAMILIES:
     if "curriculum" not in aux:
-      raise ValueError("GRPO's state has no aux['curriculum']: the bucketed program "
-                       "needs the one-stage curriculum specs.recipe_config sets")
+      raise ValueError(f"{family}'s state has no aux['curriculum']: the bucketed "
+                       f"program needs the one-stage curriculum specs.recipe_config sets")
     cur = dict(aux["curriculum"])
     cur["values"] = jnp.broadcast_to(
         jnp.asarray(settings, cur["values"].dtype)[:, None], cur["values"].shape)

@@ -5,12 +5,12 @@ context bits, mapping seeds) and an environment per setting (credit_jax/envs/bsu
 A *cell* is the settings that run in one compiled program, all its settings x seeds
 vmapped:
 
-  * bucketed (`config.buckets`, for PPO and GRPO, the families that can take a setting
-    per run, see `runner.py`): the settings of one bucket of values (e.g. lengths
+  * bucketed (`config.buckets`, for every family: PPO, GRPO, DQN, REINFORCE take a
+    setting per run, see `runner.py`): the settings of one bucket of values (e.g. lengths
     1-10, 12-30, 40-100; mapping seeds all together) in a `PaddedChain`
     (credit_jax/envs/bsuite.py), the swept field data and every episode padded to the
     bucket's longest;
-  * per setting (`config.buckets = ()`, and always for REINFORCE): one length per cell,
+  * per setting (`config.buckets = ()`): one length per cell,
     or for discounting_chain the mapping seeds with the same bonus chain (`mapping_seed
     % 5`, bsuite's own rule: seeds 0, 5, 10, 15 are one environment).
 
@@ -24,14 +24,16 @@ Experiments (bsuite's sweeps: `scoring.SWEEPS`):
                            in episodes of 1000 steps, the bonus on each chain once
                            (mapping seeds 0..6), scored by discounting_chain's formula
 
-Methods (names as in credit_jax/experiments/horizon/methods.py): "reinforce",
+Methods: "dqn" (credit_jax/algos/dqn.py without relabeling, bsuite's DQN settings
+where they fit a cycle of whole episodes: `dqn_config`), and (names as in
+credit_jax/experiments/horizon/methods.py) "reinforce",
 "reinforce_rtg", "grpo_k<K>", "ppo_<critic>_g<gamma>_l<lambda>" with critic "mlp"
 (MLP actor-critic), "gru" (GRU actor-critic, `network.kind = "gru"`) or "hist" (MLP
 actor, GRU critic); a "_gru" suffix on a REINFORCE or GRPO name ("grpo_k5_gru") gives
 it a GRU policy (`network.kind = "gru"`). Every method sees `episodes_per_update` (E)
 whole episodes per update: PPO runs E environments for one episode length per update
 (all episodes have a fixed length, so each env ends exactly one episode per update), GRPO
-E / K tasks of K, REINFORCE E episodes; a setting's `NUM_EPISODES` episodes take
+E / K tasks of K, REINFORCE and DQN E episodes; a setting's `NUM_EPISODES` episodes take
 NUM_EPISODES / E updates.
 """
 from __future__ import annotations
@@ -43,6 +45,7 @@ import ml_collections
 
 from credit_jax import envs
 from credit_jax.addons import curriculum
+from credit_jax.algos import dqn
 from credit_jax.config import ConfigError
 from credit_jax.envs import bsuite as bsuite_envs
 from credit_jax.experiments.horizon import methods as horizon_methods
@@ -91,7 +94,9 @@ MEMORY_SIZE_LENGTH = 2           # bsuite's memory_size memory_length
 UMBRELLA_LENGTH_DISTRACTORS = 20  # bsuite's umbrella_length n_distractor
 # Families whose recipe takes a setting per run (runner.place_settings); others run
 # one program per setting.
-BUCKETED_FAMILIES = ("ppo", "grpo")
+BUCKETED_FAMILIES = ("ppo", "grpo", "dqn", "reinforce")
+# Families whose bucketed program takes its setting through a one-stage curriculum.
+CURRICULUM_FAMILIES = ("grpo", "dqn", "reinforce")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,6 +245,8 @@ def recipe_config(method: str, cell: Cell, config) -> ml_collections.ConfigDict:
   length per update, 2 epochs x 2 minibatches, no lr annealing) with the cell's
   environment in place of KeyChain, PPO's entropy bonus and the GRU width from `config`.
   """
+  if method == "dqn":
+    return dqn_config(cell, config)
   base, recurrent = split_gru(method)
   family, opt = horizon_methods.parse(base)
   if family == "ppo" and opt["critic"] == "oracle":
@@ -260,18 +267,51 @@ def recipe_config(method: str, cell: Cell, config) -> ml_collections.ConfigDict:
                                     num_updates(cell.experiment, config))
   c.env_name = cell.env_id
   c.env_kwargs = ml_collections.ConfigDict(dict(cell.env_kwargs))
-  if cell.field is not None and family == "grpo":
-    # A one-stage fixed curriculum on the swept field: its stage value rides in
-    # TrainState.aux["curriculum"]["values"], which runner.place_settings sets per run.
-    curriculum.add_config(c)
-    c.curriculum.kind, c.curriculum.param = "fixed", cell.field
-    c.curriculum.stages, c.curriculum.stage_updates = (max(cell.settings),), ()
+  if cell.field is not None and family in CURRICULUM_FAMILIES:
+    _setting_curriculum(c, cell)
   if family == "ppo":
     c.ent_coef = float(config.ppo_ent_coef)
     if opt["critic"] in ("gru", "hist"):
       c.network.gru_size = int(config.gru_size)
   if recurrent:
     c.network.kind, c.network.gru_size = "gru", int(config.gru_size)
+  return c
+
+
+def _setting_curriculum(c: ml_collections.ConfigDict, cell: Cell) -> None:
+  """A one-stage fixed curriculum on the swept field: its stage value rides in
+  TrainState.aux["curriculum"]["values"], which runner.place_settings sets per run."""
+  curriculum.add_config(c)
+  c.curriculum.kind, c.curriculum.param = "fixed", cell.field
+  c.curriculum.stages, c.curriculum.stage_updates = (max(cell.settings),), ()
+
+
+def dqn_config(cell: Cell, config) -> ml_collections.ConfigDict:
+  """DQN's recipe config on `cell` (one run): double DQN without relabeling
+  (`relabel_weight` 0), rewards as the chain gives them (offset 0, targets not clipped),
+  bsuite's DQN agent's settings where they carry over (`config.dqn`: epsilon 0.05,
+  batch 32, replay 10,000, Adam at `config.lrs.dqn` = 1e-3, gamma 0.99, MLP
+  `config.hidden_sizes` = bsuite's (64, 64)); a cycle collects `episodes_per_update`
+  whole episodes, then takes one gradient step per `config.dqn.steps_per_grad` steps
+  the cycle computed (bsuite: one per step) and moves the target network by
+  `config.dqn.target_tau` (1: a hard copy per cycle; bsuite copies every 4 steps)."""
+  c = dqn.default_config()
+  c.env_name = cell.env_id
+  c.env_kwargs = ml_collections.ConfigDict(dict(cell.env_kwargs))
+  per_update, d = int(config.episodes_per_update), config.dqn
+  c.relabel_weight, c.reward_offset, c.clip_target = 0.0, 0.0, False
+  c.num_envs, c.horizon = per_update, int(cell.episode_len)
+  c.num_updates = num_updates(cell.experiment, config)
+  c.eval_envs = 1                 # greedy_success is not scored; keep it cheap
+  c.buffer_size, c.batch_size = int(d.buffer_size), int(d.batch_size)
+  c.grad_steps = max(1, per_update * int(cell.episode_len) // int(d.steps_per_grad))
+  c.lr, c.gamma, c.epsilon = float(config.lrs["dqn"]), float(d.gamma), float(d.epsilon)
+  c.target_tau = float(d.target_tau)
+  c.network.hidden_sizes = tuple(config.hidden_sizes)
+  c.network.activation = "relu"
+  c.seed, c.chunk_updates = int(config.seed), int(config.chunk_updates)
+  if cell.field is not None:
+    _setting_curriculum(c, cell)
   return c
 
 
@@ -283,4 +323,6 @@ def split_gru(method: str) -> Tuple[str, bool]:
 
 
 def family_of(method: str) -> str:
+  if method == "dqn":
+    return "dqn"
   return horizon_methods.parse(split_gru(method)[0])[0]

@@ -11,13 +11,13 @@ bsuite's sweeps (23 chain / memory lengths and distractor counts 1..100; 17 cont
 sizes 1..40; mapping seeds 0..19) and its episodes per setting (10,000; 1,000 for
 discounting_chain); `:full` adds lengths 300 and 1000 and a discounting chain with
 horizons up to 1000 (`discounting_chain_long`). Methods: any of
-credit_jax/experiments/bsuite/specs.py (PPO with an MLP or a GRU, GRPO, REINFORCE), all
+credit_jax/experiments/bsuite/specs.py (PPO with an MLP or a GRU, GRPO, DQN, REINFORCE), all
 through `credit_jax.algos.make_train` with the same episodes per update.
 
-Cells (specs.py): for PPO and GRPO one per bucket of settings (`config.buckets`: lengths
+Cells (specs.py): for every method one per bucket of settings (`config.buckets`: lengths
 1-10, 12-30, 40-100; the mapping seeds together), the bucket's settings x seeds vmapped
 in one compiled program on a padded chain (runner.py says how each run gets its
-setting); for REINFORCE one per setting. A finished cell writes
+setting); with `config.buckets = ()` one per setting. A finished cell writes
 `cells/<method>/<cell>.json`; a rerun of the same command skips it (a killed run
 resumes at the first unfinished cell), and `--config.methods` / `--config.experiments`
 overrides run a study in pieces on one workdir; the summary covers every cell saved
@@ -56,8 +56,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.seeds = 3                   # seeds per setting (vmapped with the cell's settings)
   c.seed = 0                    # base RNG seed
   c.methods = ("ppo_mlp_g0.99_l0.95",
-               "grpo_k5")       # method names, see specs.py ("reinforce" runs one
-                                # program per setting), run on every experiment
+               "grpo_k5")       # method names, see specs.py ("dqn", "reinforce",
+                                # ...), run on every experiment
   c.memory_methods = ("ppo_gru_g0.99_l0.95",)  # run on memory_len and memory_size
                                 # only (the recurrent policies, as the issue's plan)
   c.experiments = ("umbrella_length", "umbrella_distract", "memory_len", "memory_size",
@@ -68,9 +68,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.memory_lengths = (1, 3, 10, 30)    # memory lengths (bsuite: the same 23)
   c.memory_bits = (1, 3, 10, 40)       # memory_size's num_bits (bsuite: 17 of them,
                                        # 1..40; memory_length 2)
-  c.buckets = (10, 30, 100)            # PPO, GRPO: settings in (b[i-1], b[i]] run in
+  c.buckets = (10, 30, 100)            # settings in (b[i-1], b[i]] run in
                                        # one padded program, each past the last alone;
-                                       # () = one program per setting (as REINFORCE)
+                                       # () = one program per setting
   c.discounting_mapping_seeds = scoring.MAPPING_SEEDS  # bsuite's 0..19
   c.discounting_long_horizons = (1, 3, 10, 30, 100, 300, 1000)  # discounting_chain_long
   c.episodes = ml_collections.ConfigDict(
@@ -80,7 +80,15 @@ def default_config() -> ml_collections.ConfigDict:
                                           # discounting_chain)
   c.episodes_per_update = 20    # whole episodes per update, every method (divides
                                 # each experiment's episodes)
-  c.lrs = ml_collections.ConfigDict({"ppo": 1e-3, "grpo": 3e-3, "reinforce": 3e-3})
+  c.lrs = ml_collections.ConfigDict({"ppo": 1e-3, "grpo": 3e-3, "reinforce": 3e-3,
+                                     "dqn": 1e-3})
+  c.dqn = ml_collections.ConfigDict(  # method "dqn" (specs.dqn_config; bsuite's DQN:
+      {"batch_size": 32,              # batch 32, replay 10,000, epsilon 0.05,
+       "buffer_size": 10_000,         # gamma 0.99, a gradient step every env step,
+       "epsilon": 0.05,               # a target copy every 4 of them)
+       "gamma": 0.99,
+       "steps_per_grad": 4,           # env steps (padding included) per gradient step
+       "target_tau": 1.0})            # Polyak step per cycle (1: a hard copy)
   c.ppo_ent_coef = 0.01         # PPO's entropy bonus
   c.hidden_sizes = (64, 64)     # MLP widths (GRU: its input encoder)
   c.gru_size = 64               # GRU width
@@ -134,6 +142,8 @@ def validate_config(config) -> None:
     if n < per or n % per:
       raise ConfigError(f"config.episodes_per_update: {per} must divide "
                         f"config.episodes.{x} = {n}")
+  require(int(config.dqn.steps_per_grad) >= 1, "dqn.steps_per_grad",
+          f"must be >= 1, got {config.dqn.steps_per_grad}")
   if any(int(b) < 1 for b in config.buckets):
     raise ConfigError(f"config.buckets: bounds must be >= 1, got {tuple(config.buckets)}")
   for m in every:
@@ -173,11 +183,13 @@ def _matches(saved: dict, cell: specs.Cell, config) -> bool:
 def _config_key(method: str, config) -> str:
   """What a saved cell must share with the config to be reused (besides its settings)."""
   fam = specs.family_of(method)
-  return json.dumps({"lr": float(config.lrs[fam]), "seed": int(config.seed),
-                     "per_update": int(config.episodes_per_update),
-                     "ent": float(config.ppo_ent_coef),
-                     "hidden": list(config.hidden_sizes), "gru": int(config.gru_size)},
-                    sort_keys=True)
+  key = {"lr": float(config.lrs[fam]), "seed": int(config.seed),
+         "per_update": int(config.episodes_per_update),
+         "ent": float(config.ppo_ent_coef),
+         "hidden": list(config.hidden_sizes), "gru": int(config.gru_size)}
+  if fam == "dqn":
+    key["dqn"] = config.dqn.to_dict()
+  return json.dumps(key, sort_keys=True)
 
 
 def run(config, workdir: str, log=print) -> dict:
