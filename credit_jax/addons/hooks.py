@@ -8,7 +8,7 @@ tuple and describes itself in a `Recipe`; everything else happens here and in
 
   * refusal, in one place (`check`): a feature whose config turns it on but whose name
     the recipe does not list raises `ConfigError` naming the feature's field
-    (`config.curriculum.kind: the dqn recipe does not take the curriculum hook ...`);
+    (`config.curriculum.kind: the hierarchy recipe does not take the curriculum hook ...`);
     an accepted one validates its own fields against the recipe (`Feature.validate`);
   * the environment: each enabled feature may wrap or replace it (`Feature.wrap_env`),
     in registry order, before the recipe's own wrappers and the history window;
