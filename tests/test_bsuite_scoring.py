@@ -147,8 +147,12 @@ def test_lengths_past_bsuites_sweep_are_reported_but_not_scored():
   assert s["longest_at_level"] == 300
   only = analysis.summarize_experiment("umbrella_length", [beyond], config)
   assert only["bsuite_score"] is None and only["seed_score_min"] is None
+  # Each seed passed 1 of the 2 lengths run; over bsuite's 23: 1/23 with the 21 unrun
+  # lengths failed, 22/23 with them passed.
+  assert s["sweep_bounds"] == pytest.approx([1 / 23, 22 / 23])
   table = "\n".join(outputs.markdown_tables({"m": {"umbrella_length": s}}))
-  assert "0.50 [0.50, 0.50] (pooled 0.50) (2/23 settings)" in table
+  assert ("0.50 [0.50, 0.50] (pooled 0.50) (2/23 settings; over the whole sweep 0.04 "
+          "to 0.96)") in table
 
 
 def test_discounting_summary_pools_bonus_rates():
@@ -234,7 +238,8 @@ def test_headline_is_the_mean_of_per_seed_scores_not_the_pooled_score():
   assert s["seed_scores"] == [0.0, 0.0, 1.0]
   assert s["seed_score_mean"] == pytest.approx(1 / 3)
   table = "\n".join(outputs.markdown_tables({"m": {"memory_len": s}}))
-  assert "0.33 [0.00, 1.00] (pooled 1.00) (1/23 settings)" in table
+  assert ("0.33 [0.00, 1.00] (pooled 1.00) (1/23 settings; over the whole sweep 0.01 to "
+          "0.97)") in table
 
 
 def _random_records(experiment, settings, seeds, rng, updates=3, per_update=20):

@@ -6,7 +6,9 @@ Per (method, experiment):
     score of each seed's runs alone (mean, min, max over seeds). Only the settings of
     bsuite's sweep count (`in_sweep`): lengths 300 and 1000 are reported per length but
     would dilute a score that is a fraction of lengths; `scored_settings` says which of
-    the sweep's settings a score covers (a partial sweep scores the lengths it ran);
+    the sweep's settings a score covers (a partial sweep scores the lengths it ran, and
+    `sweep_bounds` gives the per-seed mean over the whole sweep with every unrun
+    setting failed, and with every one passed);
   * per setting: the right-choice rate over the whole run (what bsuite averages) and
     over the final window (the last `final_fraction` of the updates), pooled over seeds
     with a 95% Wilson interval (episodes treated as independent trials), and the seeds
@@ -135,6 +137,13 @@ def summarize_experiment(experiment: str, records: List[dict], config) -> dict:
          "programs": len(records),
          "compile_s": float(sum(r["compile_s"] for r in records)),
          "run_s": float(sum(r["run_s"] for r in records))}
+  unrun = out["sweep_size"] - len(scored)
+  if known and unrun > 0 and specs.SCORED_AS[experiment] != "discounting_chain":
+    # A partial sweep: the per-seed mean over bsuite's whole sweep lies between every
+    # unrun setting failing and every one passing.
+    passed = np.rint(np.asarray(known) * len(scored))
+    out["sweep_bounds"] = [float(np.mean(passed) / out["sweep_size"]),
+                           float(np.mean(passed + unrun) / out["sweep_size"])]
   probe = critic_probe(experiment, records)
   if probe:
     out["critic_probe"] = probe

@@ -86,7 +86,11 @@ def _score_cell(s) -> str:
   cell = (f"{s['seed_score_mean']:.2f} [{s['seed_score_min']:.2f}, "
           f"{s['seed_score_max']:.2f}] (pooled {s['bsuite_score']:.2f})")
   if len(s["scored_settings"]) < s["sweep_size"]:
-    cell += f" ({len(s['scored_settings'])}/{s['sweep_size']} settings)"
+    cell += f" ({len(s['scored_settings'])}/{s['sweep_size']} settings"
+    if "sweep_bounds" in s:
+      cell += (f"; over the whole sweep {s['sweep_bounds'][0]:.2f} to "
+               f"{s['sweep_bounds'][1]:.2f}")
+    cell += ")"
   return cell
 
 
