@@ -49,17 +49,25 @@ if (os.environ.get("CREDIT_JAX_TEST_XLA_LEVEL0", "1") != "0"
 # these variables when it is imported). A user's own JAX_COMPILATION_CACHE_DIR is kept.
 _CACHE_VAR = "JAX_COMPILATION_CACHE_DIR"
 _CACHE_MADE_HERE = None
+# jax writes an entry without a lock unless the cache has a size limit and `filelock` is
+# installed (jax/_src/lru_cache.py): a process reading an entry while another writes it
+# would print "Error reading persistent compilation cache entry" and fail the tests that
+# require a silent stderr. So the cache is on only with filelock, under a 16 GiB limit.
 if (os.environ.get("CREDIT_JAX_TEST_COMPILATION_CACHE", "1") != "0"
-    and not os.environ.get(_CACHE_VAR)):
+    and not os.environ.get(_CACHE_VAR)
+    and importlib.util.find_spec("filelock") is not None):
   _CACHE_MADE_HERE = tempfile.mkdtemp(prefix="credit_jax_test_xla_cache_")
   os.environ[_CACHE_VAR] = _CACHE_MADE_HERE
   # Every program, however quick its compile (jax's default keeps only those over 1 s).
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(16 << 30))
   if "jax" in sys.modules:   # imported already (by a plugin): set its config directly
     import jax  # pylint: disable=g-import-not-at-top
     jax.config.update("jax_compilation_cache_dir", _CACHE_MADE_HERE)
     jax.config.update("jax_persistent_cache_min_compile_time_secs",
                       float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+    jax.config.update("jax_compilation_cache_max_size",
+                      int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
 
 
 def pytest_unconfigure(config):
