@@ -478,3 +478,39 @@ def test_desired_goal_wrapper_reports_the_episode_goal_across_an_auto_reset():
     obs, state, _, term, trunc, info = wrapped.step(jax.random.PRNGKey(t), state, 0, params)
     np.testing.assert_array_equal(info["desired_goal"], goal)
     np.testing.assert_array_equal(info["prev_achieved_goal"], pos)
+
+
+def test_every_wrapper_is_one_base_and_delegates():
+  """credit_jax/envs/wrappers.py's `Wrapper` is the base of every library wrapper; what a
+  wrapper does not override is its inner env's (name, actions, params, spaces,
+  boundaries), and only a wrapper that keeps the inner state forwards other attributes."""
+  from credit_jax.addons import critique, step_states   # pylint: disable=g-import-not-at-top
+  from credit_jax.algos import hierarchy                 # pylint: disable=g-import-not-at-top
+  from credit_jax.envs import bsuite, wrappers           # pylint: disable=g-import-not-at-top
+  for cls in (envs.HistoryWrapper, envs.DesiredGoalWrapper, step_states.StepStateWrapper,
+              hierarchy.SubgoalWrapper, critique.RetryWrapper, bsuite.PaddedChain):
+    assert issubclass(cls, wrappers.Wrapper), cls
+  keychain, params = envs.make("KeyChain-v0", horizon=5, num_actions=3)
+  same = step_states.StepStateWrapper(keychain)
+  windowed = envs.HistoryWrapper(same, 2)
+  assert windowed.inner is same and same.inner is keychain
+  assert windowed.num_actions == same.num_actions == 3
+  assert windowed.default_params == same.default_params == keychain.default_params
+  assert windowed.action_space(params).n == 3
+  assert same.observation_space(params).shape == keychain.observation_space(params).shape
+  assert windowed.name == f"History2(StepStates({keychain.name}))"
+  assert envs.DesiredGoalWrapper(keychain).name == keychain.name
+  assert same.horizon == keychain.horizon == 5        # the same state: forwarded
+  with pytest.raises(AttributeError, match="has no attribute 'horizon'"):
+    windowed.horizon                                  # pylint: disable=pointless-statement
+  # Boundary checks read the inner state (`state.inner` where the wrapper wraps it).
+  _, state = windowed.reset(jax.random.PRNGKey(0), params)
+  for time, ended in ((0, False), (5, True)):
+    inner = state.inner.replace(time=jnp.int32(time))
+    assert bool(keychain.is_terminated(inner, params)) is ended
+    assert bool(same.is_terminated(inner, params)) is ended
+    assert bool(windowed.is_terminated(state.replace(inner=inner), params)) is ended
+    assert bool(windowed.is_truncated(state.replace(inner=inner), params)) == bool(
+        keychain.is_truncated(inner, params))
+  with pytest.raises(NotImplementedError, match="HistoryWrapper returns its obs"):
+    windowed.get_obs(state, params)

@@ -53,7 +53,7 @@ import flax.linen as nn
 import optax
 from flax import struct
 
-from credit_jax.envs import base
+from credit_jax.envs import base, wrappers
 
 Array = jax.Array
 NO_CRITIQUE = (-1.0, -1.0, 0.0)
@@ -350,7 +350,7 @@ class RetryState:
   time: Array        # [] int32 steps taken in the whole retry episode
 
 
-class RetryWrapper(base.CreditEnv):
+class RetryWrapper(base.CreditEnv, wrappers.Wrapper):
   """Up to `attempts` attempts at one task, with a critique channel (module doc).
 
   `info` adds, per step: `attempt` (int32, the attempt the step belongs to),
@@ -359,10 +359,11 @@ class RetryWrapper(base.CreditEnv):
   critique except at the end of a failed attempt that is not the last).
   """
 
+  wraps_state = True   # the inner state rides in RetryState.inner
+
   def __init__(self, env, attempts: int, critic: str | Callable = "none",
                max_attempt_steps: int | None = None):
-    super().__init__()
-    self._env = env
+    wrappers.Wrapper.__init__(self, env)
     self.attempts = base.check_int("attempts", attempts, minimum=1)
     self.critic = make_critic(critic) if isinstance(critic, str) else critic
     # Steps per attempt: given, else the env's horizon, else its default time limit.
@@ -379,16 +380,8 @@ class RetryWrapper(base.CreditEnv):
     self.obs_shape = (self.inner_obs_size + env.num_actions + 2,)
 
   @property
-  def inner(self):
-    return self._env
-
-  @property
   def name(self) -> str:
     return f"Retry{self.attempts}({self._env.name})"
-
-  @property
-  def num_actions(self) -> int:
-    return self._env.num_actions
 
   @property
   def horizon(self) -> int:

@@ -17,9 +17,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from gymnax.environments import environment
 
 from credit_jax import rollout
+from credit_jax.envs import wrappers
 from credit_jax.types import PolicyState, SequencePolicy, Trajectory
 
 __all__ = ["StepStateWrapper", "INFO_KEY", "policy_states", "step_states"]
@@ -27,54 +27,14 @@ __all__ = ["StepStateWrapper", "INFO_KEY", "policy_states", "step_states"]
 INFO_KEY = "step_state"
 
 
-class StepStateWrapper(environment.Environment):
-  """`env` whose `info["step_state"]` is the (inner) state the step started from."""
-
-  def __init__(self, env: environment.Environment):
-    super().__init__()
-    self._env = env
-
-  @property
-  def inner(self) -> environment.Environment:
-    return self._env
-
-  @property
-  def default_params(self):
-    return self._env.default_params
-
-  def reset_env(self, key, params):
-    return self._env.reset_env(key, params)
+class StepStateWrapper(wrappers.Wrapper):
+  """`env` whose `info["step_state"]` is the (inner) state the step started from; its
+  state is the inner env's, so every other attribute is the inner env's too."""
 
   def step_env(self, key, state, action, params):
     obs, new_state, reward, terminated, info = self._env.step_env(key, state, action,
                                                                   params)
     return obs, new_state, reward, terminated, {**info, INFO_KEY: state}
-
-  def is_truncated(self, state, params):
-    return self._env.is_truncated(state, params)
-
-  def is_terminated(self, state, params):
-    return self._env.is_terminated(state, params)
-
-  def get_obs(self, state, params=None, key=None):
-    return self._env.get_obs(state, params)
-
-  def observation_space(self, params):
-    return self._env.observation_space(params)
-
-  def action_space(self, params):
-    return self._env.action_space(params)
-
-  @property
-  def num_actions(self) -> int:
-    return self._env.num_actions
-
-  def __getattr__(self, name):
-    # Attributes the wrapper does not define (horizon, oracle, num_actions...) are the
-    # wrapped env's; `_env` itself is looked up normally, so this never recurses.
-    if name == "_env":
-      raise AttributeError(name)
-    return getattr(self._env, name)
 
   @property
   def name(self) -> str:

@@ -47,10 +47,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from gymnax.environments import environment, spaces
+from gymnax.environments import spaces
 
 from credit_jax import nets, rollout
 from credit_jax.algos import group_update, losses, train as train_lib
+from credit_jax.envs import wrappers
 from credit_jax.types import PresampledPolicy
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "manager_gamma", "relabel_weight")
@@ -194,24 +195,18 @@ class SubgoalState:
   t: Any            # [] int32 steps in this episode
 
 
-class SubgoalWrapper(environment.Environment):
+class SubgoalWrapper(wrappers.Wrapper):
   """GoalGrid with the joint action `subgoal * 4 + move`; the observation is the grid's,
-  then the current subgoal one-hot [G], then 1.0 at a segment start (t % K == 0)."""
+  then the current subgoal one-hot [G], then 1.0 at a segment start (t % K == 0).
+  `inner` is the GoalGrid acted in."""
+
+  wraps_state = True
 
   def __init__(self, env, cells: np.ndarray, segment_length: int):
-    super().__init__()
-    self._env, self.cells, self.k = env, jnp.asarray(cells), int(segment_length)
+    super().__init__(env)
+    self.cells, self.k = jnp.asarray(cells), int(segment_length)
     self.num_subgoals = int(cells.shape[0])
     self.inner_dim = int(env.observation_space(env.default_params).shape[0])
-
-  @property
-  def inner(self) -> environment.Environment:
-    """The GoalGrid acted in (`credit_jax.envs.success` reads its kind)."""
-    return self._env
-
-  @property
-  def default_params(self):
-    return self._env.default_params
 
   def _obs(self, inner_obs, subgoal, t):
     return jnp.concatenate([inner_obs, jax.nn.one_hot(subgoal, self.num_subgoals),
@@ -229,12 +224,6 @@ class SubgoalWrapper(environment.Environment):
         key, state.inner, action % NUM_MOVES, params)
     state = SubgoalState(inner=inner, subgoal=action // NUM_MOVES, t=state.t + 1)
     return self._obs(obs, state.subgoal, state.t), state, reward, terminated, info
-
-  def is_truncated(self, state, params):
-    return self._env.is_truncated(state.inner, params)
-
-  def is_terminated(self, state, params):
-    return self._env.is_terminated(state.inner, params)
 
   def observation_space(self, params):
     return spaces.Box(0.0, 1.0, (self.inner_dim + self.num_subgoals + 1,), jnp.float32)

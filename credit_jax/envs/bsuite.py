@@ -86,7 +86,7 @@ from gymnax.environments.bsuite import discounting_chain as gx_discounting
 from gymnax.environments.bsuite import memory_chain as gx_memory
 from gymnax.environments.bsuite import umbrella_chain as gx_umbrella
 
-from credit_jax.envs import base
+from credit_jax.envs import base, wrappers
 
 BSUITE_HORIZONS = (1, 3, 10, 30, 100)   # discounting_chain's reward horizons
 BONUS = 0.1                              # the bonus chain pays 1 + BONUS
@@ -325,7 +325,7 @@ class PaddedState:
   next_key: jax.Array   # the key it was drawn from
 
 
-class PaddedChain(base.CreditEnv):
+class PaddedChain(base.CreditEnv, wrappers.Wrapper):
   """One of bsuite's chains with the swept setting as data, so that the settings of a
   sweep (chain lengths, distractor counts, ...) run side by side in one compiled
   program, every episode lasting `pad_to` steps.
@@ -354,11 +354,14 @@ class PaddedChain(base.CreditEnv):
     pad_to: steps per padded episode (>= the longest real episode it is used with).
   """
 
+  wraps_state = True   # the chain's state rides in PaddedState.inner
+
   def __init__(self, inner: base.CreditEnv, field: str, pad_to: int):
     names = [f.name for f in dataclasses.fields(inner.default_params)]
     if field not in names:
       raise ValueError(f"field {field!r} is not a params field of {inner.name}: {names}")
-    self.inner, self.field = inner, field
+    wrappers.Wrapper.__init__(self, inner)
+    self.field = field
     self.pad_to = base.check_int("pad_to", pad_to, minimum=1)
     self.obs_shape = tuple(inner.obs_shape)
     self.deterministic_transitions = inner.deterministic_transitions
@@ -366,14 +369,6 @@ class PaddedChain(base.CreditEnv):
   @property
   def name(self) -> str:
     return f"{self.inner.name}/padded"
-
-  @property
-  def num_actions(self) -> int:
-    return self.inner.num_actions
-
-  @property
-  def default_params(self) -> Any:
-    return self.inner.default_params
 
   def observation_space(self, params: Any = None) -> spaces.Box:
     space = self.inner.observation_space(params)
@@ -415,9 +410,6 @@ class PaddedChain(base.CreditEnv):
     the params gives. For one state: vmap it over a batch."""
     params = self._params(params, jnp.asarray(setting, jnp.int32))
     return self.reset_env(key_state.reset_key, params)
-
-  def get_obs(self, state: PaddedState, params: Any = None, key: Any = None) -> jax.Array:
-    raise NotImplementedError("PaddedChain returns its observations from reset and step")
 
   def is_terminated(self, state: PaddedState, params: Any) -> jax.Array:
     return jnp.zeros((), bool)
