@@ -1,5 +1,7 @@
 """Tests for credit_jax/addons/critique.py: critics against hand-made ground truth, and the retry
 wrapper's attempt accounting, state restores and critique channel."""
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -282,3 +284,34 @@ def test_critic_trained_by_retry_improvement_learns_useful_critiques():
   # succeeds with probability 1/4 (when it happens to be the cue).
   assert rewards[:10].mean() < 0.5
   assert rewards[-20:].mean() > rewards[:10].mean() + 0.25
+
+
+def test_the_runner_names_no_recipe_and_imports_no_critique(monkeypatch):
+  """algos/train.py keeps no list of recipe names (a recipe declares `whole_episodes`)
+  and builds retry episodes through `features.CONFIG_WRAPPERS`, not an import."""
+  import ast
+  import os
+  import types
+  from credit_jax.algos import train as train_lib, reinforce
+  from credit_jax.addons import features
+  with open(os.path.join(os.path.dirname(__file__), os.pardir, "credit_jax", "algos",
+                         "train.py")) as f:
+    tree = ast.parse(f.read())
+  imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+              for a in n.names}
+  assert "critique" not in imported and not hasattr(train_lib, "EPISODIC")
+  strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+  assert not strings & {"grpo", "reinforce", "grpo_hindsight", "search_then_train"}
+  assert features.CONFIG_WRAPPERS["retry_attempts"] == critique.__name__
+  # An entry of the table is applied by make_env, under the history window.
+  fake = types.ModuleType("fake_wrapper")
+  fake.wrap_env_from_config = lambda c, env, p: (envs.HistoryWrapper(env, 3), p)
+  monkeypatch.setitem(sys.modules, "fake_wrapper", fake)
+  monkeypatch.setitem(features.CONFIG_WRAPPERS, "fake_window", "fake_wrapper")
+  c = reinforce.default_config()
+  c.fake_window, c.history_window = 1, 2
+  env, _ = train_lib.make_env(c)
+  assert env.name.startswith("History2(History3(")
+  c.fake_window = 0
+  name = train_lib.make_env(c)[0].name
+  assert name.startswith("History2(") and "History3" not in name

@@ -161,3 +161,28 @@ def test_where_learned_credit_cannot_run_it_is_refused_saying_why(algo, name, ki
   with pytest.raises(ConfigError, match=rf"^config\.{field}: ") as e:
     algos.validate_config(c)
   assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("algo", sorted(algos.RECIPES))
+def test_every_recipe_takes_features_as_objects(algo):
+  """make_train(config, features=...) and validate_config(config, features=...) in every
+  recipe, as the contract says (algos/__init__.py)."""
+  import inspect   # pylint: disable=g-import-not-at-top
+  module = algos.RECIPES[algo]
+  for fn in (module.make_train, module.validate_config):
+    assert "features" in inspect.signature(fn).parameters, (algo, fn.__name__)
+
+
+def test_token_agent_refuses_a_feature_it_cannot_run_in_one_line():
+  token_agent = algos.RECIPES["token_agent"]
+  c = token_agent.default_config()
+  c.scaled = ml_collections.ConfigDict({"enabled": True, "weight": 1.0})
+  for call in (token_agent.make_train, algos.make_train):
+    with pytest.raises(ConfigError) as e:
+      call(c, features=(Scaled(),))
+    assert str(e.value) == (
+        "config.scaled.enabled: the token_agent recipe does not take the scaled hook (it "
+        "takes: none: its program calls no hook slot); turn it off or choose a recipe "
+        "that takes it")
+  c.scaled.enabled = False     # present but off: nothing to refuse, nothing run
+  token_agent.validate_config(c, features=(Scaled(),))

@@ -53,6 +53,7 @@ import flax.linen as nn
 import optax
 from flax import struct
 
+from credit_jax.config import require
 from credit_jax.envs import base, wrappers
 
 Array = jax.Array
@@ -466,6 +467,26 @@ class RetryWrapper(base.CreditEnv, wrappers.Wrapper):
   def validate_params(self, params: RetryParams) -> None:
     self._env.validate_params(params.inner)
     base.check_param_range("noise", params.noise, 0.0, 1.0)
+
+
+def wrap_env_from_config(config, env, env_params):
+  """`(RetryWrapper, RetryParams)` around `env` as `config.retry_attempts` (> 0),
+  `retry_critic` (a name of `CRITICS`, default "none") and `retry_noise` (default 0)
+  say; what `algos/train.make_env` applies (`addons/features.CONFIG_WRAPPERS`).
+
+  Raises ConfigError naming `config.horizon` where a recipe's rollout (`config.horizon`)
+  cannot hold a whole retry episode: it would cut every episode before its later
+  attempts and train without retries, silently.
+  """
+  attempts = int(config.retry_attempts)
+  env = RetryWrapper(env, attempts, str(config.get("retry_critic", "none")))
+  if config.get("horizon") is not None:
+    episode = int(env.horizon)
+    require(int(config.horizon) >= episode, "horizon",
+            f"{config.horizon} rollout steps cannot hold a retry episode of up to "
+            f"{episode} steps (retry_attempts={attempts} x {episode // attempts} steps "
+            f"per attempt); set horizon >= {episode}")
+  return env, RetryParams(inner=env_params, noise=float(config.get("retry_noise", 0.0)))
 
 
 def attempt_success(traj, attempts: int) -> Array:

@@ -20,7 +20,8 @@ each slot of `hooks` called once per update.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Tuple
+import importlib
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import ml_collections
 
@@ -28,10 +29,11 @@ from credit_jax.addons import (curriculum, gigpo, hindsight_credit, hooks, prm, 
                                tree_groups, vine_ppo)
 from credit_jax.config import require
 
-__all__ = ["FEATURES", "LEARNED_CREDIT", "STEP_CREDIT", "bind", "check", "enabled", "hparams", "wrap_env"]
+__all__ = ["CONFIG_WRAPPERS", "FEATURES", "LEARNED_CREDIT", "STEP_CREDIT", "bind", "check",
+           "config_wrappers", "enabled", "hparams", "wrap_env"]
 
 # The step-level credit estimators: they run with an MLP policy in the recipes (the
-# estimators under them, credit_jax/vine.py, anchors.py, tree_rollouts.py, also take
+# estimators in their modules, gigpo.py, vine_ppo.py, tree_groups.py, also take
 # sequence policies).
 STEP_CREDIT: Tuple[hooks.Feature, ...] = (vine_ppo.VineFeature(), gigpo.GigpoFeature(),
                                           tree_groups.TreeFeature())
@@ -86,6 +88,26 @@ def check(config, recipe: hooks.Recipe, passed: Sequence[hooks.Feature] = (),
     require(kind in ("mlp", "tabular", "linear"), "network.kind",
             f"the {f.name} hook runs with a memoryless policy (mlp, tabular, linear) in "
             f"the recipes, got {kind!r}")
+
+
+# Environment wrappers a config turns on with a top-level field rather than a feature
+# block: {field: the module supplying `wrap_env_from_config(config, env, env_params)`},
+# imported only when the field is set (to a truthy value). `algos/train.make_env` applies
+# them, under the history window, naming none; a fork's own environment wrapper is an
+# environment (`credit_jax.envs.register`) or a feature's `wrap_env`, not an entry here.
+CONFIG_WRAPPERS: Dict[str, str] = {
+    "retry_attempts": "credit_jax.addons.critique",   # retry episodes with critiques
+}
+
+
+def config_wrappers(config, env, env_params):
+  """`(env, env_params)` inside every `CONFIG_WRAPPERS` entry whose field `config` sets,
+  in the table's order."""
+  for field, module in CONFIG_WRAPPERS.items():
+    if config.get(field):
+      env, env_params = importlib.import_module(module).wrap_env_from_config(
+          config, env, env_params)
+  return env, env_params
 
 
 def wrap_env(config, env, env_params, passed: Sequence[hooks.Feature] = ()):

@@ -280,7 +280,7 @@ def check(config, recipe: Recipe, features: Sequence[Feature],
   for f in tuple(features) + tuple(passed):
     if not f.enabled(config):
       continue
-    accepted = ", ".join(recipe.accepts) or "none"
+    accepted = ", ".join(recipe.accepts) or "none: its program calls no hook slot"
     if recipe.open:
       accepted += ", and features passed as objects"
     require(f.name in recipe.accepts or (recipe.open and any(f is g for g in passed)),

@@ -19,7 +19,10 @@ exports three functions:
   * `validate_config(config)`: raises `train_lib.ConfigError("config.<field>: ...")` naming
     the first field that cannot run, before anything compiles; it is
     `train_lib.validate(config, "<name>", validate_fields)`: the shared fields, the recipe's
-    own (`validate_fields`), then that the environment can be made.
+    own (`validate_fields`), then that the environment can be made. A recipe whose
+    `config.horizon` is the rollout length of whole episodes says so there
+    (`whole_episodes=True`), and the rollout is checked to hold one; the runner keeps
+    no list of recipe names.
   * `make_train(config, features=()) -> train_lib.Train`: validates, then builds the pure
     training run; `features` are feature objects (`credit_jax/addons/hooks.py`) beside
     the registry's, which a recipe whose program calls the hook slots runs (REINFORCE,
@@ -67,8 +70,6 @@ a "small" variant; tests/test_contract.py then checks it (it needs a tiny varian
 """
 from __future__ import annotations
 
-import inspect
-
 from credit_jax.algos import (train as train_lib, dqn, grpo, grpo_hindsight, hierarchy,
                               ppo, reinforce, search_then_train, token_agent)
 from credit_jax.algos.train import ConfigError, Train, TrainState
@@ -87,17 +88,6 @@ def _recipe(config):
   return RECIPES[config.algo]
 
 
-def _takes_features(fn) -> bool:
-  return "features" in inspect.signature(fn).parameters
-
-
-def _refuse(config, features) -> None:
-  """For a recipe whose functions take no `features`: refuses an enabled one."""
-  for f in features:
-    train_lib.require(not f.enabled(config), f.field,
-                      f"the {config.algo} recipe takes no features passed as objects")
-
-
 def validate_config(config, features=()) -> None:
   """Raises `ConfigError` naming the field when `config` cannot be trained.
 
@@ -105,19 +95,10 @@ def validate_config(config, features=()) -> None:
   features: the registry's and the objects in `features`, then that the environment can
   be made); nothing is compiled.
   """
-  module = _recipe(config)
-  if _takes_features(module.validate_config):
-    module.validate_config(config, features=tuple(features))
-  else:
-    _refuse(config, features)
-    module.validate_config(config)
+  _recipe(config).validate_config(config, features=tuple(features))
 
 
 def make_train(config, features=()) -> Train:
   """Validates `config` and returns its recipe's `Train`; `features`: feature objects
   (`credit_jax.addons.hooks.Feature`) the recipe takes beside the registry's."""
-  module = _recipe(config)
-  if _takes_features(module.make_train):
-    return module.make_train(config, features=tuple(features))
-  _refuse(config, features)
-  return module.make_train(config)
+  return _recipe(config).make_train(config, features=tuple(features))

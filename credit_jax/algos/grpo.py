@@ -108,7 +108,8 @@ def validate_fields(config) -> None:
 def validate_config(config, features=()) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run
   (`features`: the feature objects given to `make_train`)."""
-  train_lib.validate(config, "grpo", validate_fields, RECIPE, tuple(features))
+  train_lib.validate(config, "grpo", validate_fields, RECIPE, tuple(features),
+                     whole_episodes=True)
 
 
 def aggregate(x, valid, kind: str):

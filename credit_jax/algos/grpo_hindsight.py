@@ -108,7 +108,8 @@ def validate_fields(config) -> None:
 
 def validate_config(config, features=()) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "grpo_hindsight", validate_fields, passed=tuple(features))
+  train_lib.validate(config, "grpo_hindsight", validate_fields, passed=tuple(features),
+                     whole_episodes=True)
 
 
 def make_train(config, features=()) -> train_lib.Train:

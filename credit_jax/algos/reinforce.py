@@ -106,7 +106,8 @@ def validate_fields(config) -> None:
 def validate_config(config, features=()) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run
   (`features`: the feature objects given to `make_train`)."""
-  train_lib.validate(config, "reinforce", validate_fields, RECIPE, tuple(features))
+  train_lib.validate(config, "reinforce", validate_fields, RECIPE, tuple(features),
+                     whole_episodes=True)
 
 
 def leave_one_out_mean(x, mask):

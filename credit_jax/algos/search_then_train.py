@@ -96,7 +96,8 @@ def validate_fields(config) -> None:
 
 def validate_config(config, features=()) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "search_then_train", validate_fields, passed=tuple(features))
+  train_lib.validate(config, "search_then_train", validate_fields, passed=tuple(features),
+                     whole_episodes=True)
 
 
 def group_rollout(env, env_params, policy_fn, params, key, num_tasks: int, group_size: int,

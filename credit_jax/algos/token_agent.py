@@ -180,9 +180,11 @@ def validate_fields(config) -> None:
       f"must be a token env (ToolArith-v0 | ToolLookup-v0), got {config.env_name!r}")
 
 
-def validate_config(config) -> None:
-  """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "token_agent", validate_fields)
+def validate_config(config, features=()) -> None:
+  """Raises `ConfigError` naming the first field of `config` that cannot run; `features`
+  as `make_train`'s (the token agent's program calls no hook slot, so an enabled one is
+  refused, naming its field)."""
+  train_lib.validate(config, "token_agent", validate_fields, passed=tuple(features))
 
 
 def critic_kind(config) -> str:
@@ -469,9 +471,11 @@ def _metrics(traj, returns, mask):
           "episode_length": per_episode(valid)}
 
 
-def make_train(config) -> train_lib.Train:
-  """`Train` for a token agent; see `train_lib.Train` for how to call it."""
-  validate_config(config)
+def make_train(config, features=()) -> train_lib.Train:
+  """`Train` for a token agent; see `train_lib.Train` for how to call it. `features`:
+  feature objects (`hooks.Feature`), as every recipe takes them; this one runs none (an
+  enabled one is refused in one line naming why)."""
+  validate_config(config, tuple(features))
   env, env_params = train_lib.make_env(config)
   horizon = int(env_params.max_steps_in_episode)
   network = make_network(config, env, horizon)

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from credit_jax.addons import critique, features, hooks
+from credit_jax.addons import features, hooks
 from credit_jax.config import ConfigError, require
 from credit_jax import envs, nets
 from credit_jax.envs.base import MAX_STEPS
@@ -153,26 +153,13 @@ def _validate_env(config) -> None:
   except ValueError as e:
     raise ConfigError(f"config.env_name: {e}") from None
   try:
-    env, _ = make_env(config)
+    make_env(config)
+  except ConfigError:   # a config wrapper's own check (features.CONFIG_WRAPPERS)
+    raise
   except ValueError as e:
     raise ConfigError(
         f"config.env_kwargs: cannot make {config.env_name!r} with "
         f"{dict(config.env_kwargs)}: {e}") from e
-  attempts = int(config.get("retry_attempts", 0) or 0)
-  if attempts > 0 and config.get("horizon") is not None:
-    # A retry episode lasts up to attempts x (steps per attempt); a shorter rollout would
-    # cut every episode before its later attempts and silently train without retries.
-    retry_env = env.inner if isinstance(env, envs.HistoryWrapper) else env
-    episode = int(retry_env.horizon)
-    require(int(config.horizon) >= episode, "horizon",
-            f"{config.horizon} rollout steps cannot hold a retry episode of up to "
-            f"{episode} steps (retry_attempts={attempts} x {episode // attempts} steps "
-            f"per attempt); set horizon >= {episode}")
-
-
-# Recipes whose `config.horizon` is the rollout length of whole episodes (every episode of
-# an update starts at step 0 and the loss sees its return).
-EPISODIC = ("grpo", "reinforce", "grpo_hindsight", "search_then_train")
 
 
 def _unwrapped(env):
@@ -231,9 +218,15 @@ def check_rollout_horizon(config, env, env_params, field: str = "horizon") -> No
 
 def validate(config, algo: str, fields_fn: Callable[[Any], None],
              recipe: Optional[hooks.Recipe] = None,
-             passed: Tuple[hooks.Feature, ...] = ()) -> None:
+             passed: Tuple[hooks.Feature, ...] = (), whole_episodes: bool = False
+             ) -> None:
   """A recipe's whole `validate_config`: shared fields, the recipe's own, its hooks, the
   environment.
+
+  `whole_episodes`: the recipe declares that its `config.horizon` is the rollout length
+  of whole episodes (every episode of an update starts at step 0 and the loss sees its
+  return: GRPO, REINFORCE, relabeling GRPO, search-then-train), so the rollout must hold
+  one (`check_rollout_horizon`).
 
   Raises `ConfigError` naming the first field that cannot run: `config.algo` must be
   `algo`, then the fields of `base_config()`, then `fields_fn(config)` (the recipe's own
@@ -251,7 +244,7 @@ def validate(config, algo: str, fields_fn: Callable[[Any], None],
   features.check(config, recipe if recipe is not None else hooks.Recipe(algo), passed,
                  SHARED_BLOCKS)
   _validate_env(config)
-  if algo in EPISODIC and not int(config.get("retry_attempts", 0) or 0):
+  if whole_episodes:
     env, env_params = make_env(config)
     check_rollout_horizon(config, env, env_params)
 
@@ -408,11 +401,8 @@ def make_env(config):
   a `HistoryWrapper` of `config.history_window` observations when that is > 0."""
   kwargs = dict(config.get("env_kwargs", {}) or {})
   env, env_params = envs.make(config.env_name, **kwargs)
-  attempts = int(config.get("retry_attempts", 0) or 0)
-  if attempts > 0:   # retry episodes with a critique channel (credit_jax/addons/critique.py)
-    env = critique.RetryWrapper(env, attempts, str(config.get("retry_critic", "none")))
-    env_params = critique.RetryParams(inner=env_params,
-                                      noise=float(config.get("retry_noise", 0.0)))
+  # wrappers a top-level field turns on (retry episodes, addons/critique.py)
+  env, env_params = features.config_wrappers(config, env, env_params)
   window = int(config.get("history_window", 0) or 0)
   if window > 0:
     env = envs.HistoryWrapper(env, window)
