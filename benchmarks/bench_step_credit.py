@@ -4,7 +4,7 @@ Three comparisons on KeyChain-v0, each timed in alternating rounds (every call o
 round, compile excluded) and reported as the median of per-round ratios, so load from
 other processes that slows a whole round cancels out:
 
-  * vine: `vine.collect_vines` (K vines from every m-th step of B trajectories) against
+  * vine: `vine_ppo.collect_vines` (K vines from every m-th step of B trajectories) against
     `rollout.collect` of the same batch (as many environments as the vines have lanes,
     for as many steps as their loop), under a 64-64 MLP policy and the uniform policy:
     counted env steps per second, vines / plain (target >= 0.8).
@@ -12,7 +12,7 @@ other processes that slows a whole round cancels out:
     plus GiGPO's work, the anchor groups and step advantages of every task group from the
     update's states, on arrays of the update's shapes: added time / GRPO update
     (target <= 10%).
-  * tree: `tree_rollouts.collect_tree` of K leaves per task against `rollout.collect_groups`
+  * tree: `tree_groups.collect_tree` of K leaves per task against `rollout.collect_groups`
     of K independent episodes: counted env steps (measured) against the formula, and the
     wall-time ratio.
 
@@ -28,7 +28,8 @@ from absl import app, flags
 import jax
 import jax.numpy as jnp
 
-from credit_jax import algos, anchors, envs, nets, returns, rollout, tree_rollouts, vine
+from credit_jax import algos, envs, nets, returns, rollout
+from credit_jax.addons import gigpo, tree_groups, vine_ppo
 from credit_jax.algos import train as train_lib
 from credit_jax.runtime import launch
 
@@ -58,7 +59,7 @@ def _mlp_policy(env, env_params, key):
 def vine_calls(horizon):
   env, params = envs.make("KeyChain-v0", horizon=horizon)
   b, k, every = _VINE_B.value, _VINE_K.value, _VINE_M.value
-  points = vine.vine_points(horizon, every)
+  points = vine_ppo.vine_points(horizon, every)
   pairs = (len(points) + 1) // 2
   lanes = pairs * b * k
   remaining = horizon - points
@@ -73,7 +74,7 @@ def vine_calls(horizon):
                            static_argnames=("keep_states",))(
         env, params, policy, pp, jax.random.key(1), b, horizon, keep_states=True)
     run_vines = jax.jit(functools.partial(
-        lambda policy, pp, key, traj, states: vine.collect_vines(
+        lambda policy, pp, key, traj, states: vine_ppo.collect_vines(
             env, params, policy, pp, key, traj, states, num_vines=k, every=every).values,
         policy))
     obs, state = rollout.reset(env, params, jax.random.key(2), lanes)
@@ -114,7 +115,7 @@ def gigpo_calls(horizon):
     # What GiGPO adds to the update: returns-to-go, anchor groups, step advantages.
     to_go = returns.discounted_returns(jnp.where(traj.valid, traj.rewards, 0.0), 0.99,
                                        terminated=traj.dones)
-    adv, stats = jax.vmap(anchors.anchor_advantages, in_axes=(1, 1, 1))(
+    adv, stats = jax.vmap(gigpo.anchor_advantages, in_axes=(1, 1, 1))(
         env_state, to_go, traj.valid)
     return adv, stats
 
@@ -133,13 +134,13 @@ def tree_calls(horizon):
   n, b = _TREE_N.value, _TREE_B.value
   steps = tuple(int(s) for s in _TREE_STEPS.value)
   leaves = b ** len(steps)
-  run_tree = jax.jit(lambda key: tree_rollouts.collect_tree(
+  run_tree = jax.jit(lambda key: tree_groups.collect_tree(
       env, params, policy, pp, key, n, b, steps, horizon))
   run_groups = jax.jit(lambda key: rollout.collect_groups(
       env, params, policy, pp, key, n, leaves, horizon))
   measured = int(run_tree(jax.random.key(5)).env_steps)
   independent = int(jnp.sum(run_groups(jax.random.key(5)).valid))
-  formula = n * tree_rollouts.tree_env_steps(b, steps, horizon)
+  formula = n * tree_groups.tree_env_steps(b, steps, horizon)
   calls = {("tree", "tree"): lambda r: run_tree(jax.random.key(r)).env_steps,
            ("tree", "groups"): lambda r: run_groups(jax.random.key(r)).rewards}
   header = (f"tree: N={n} tasks, b={b}, branch steps {steps}, K={leaves} leaves, "
@@ -147,7 +148,7 @@ def tree_calls(horizon):
             f"({'equal' if measured == formula else 'DIFFERENT'}), K independent "
             f"episodes {independent} (n K T = {n * leaves * horizon}); saved "
             f"{1 - measured / independent:.1%}, formula 1 - "
-            f"{tree_rollouts.tree_env_steps(b, steps, horizon)}/({leaves} T) = "
+            f"{tree_groups.tree_env_steps(b, steps, horizon)}/({leaves} T) = "
             f"{1 - formula / (n * leaves * horizon):.1%}")
   return calls, {}, header
 

@@ -6,11 +6,12 @@ those below it (docs/ARCHITECTURE.md draws it):
 
   envs/                environments with ground truth for credit (gymnax 1.0 API)
   core modules         types, config, returns, baselines, hindsight, replay, episodes,
-                       rollout, diagnostics, stats, fast_paths; step-level credit from
-                       restored states: vine (VinePPO), anchors (GiGPO), tree_rollouts
+                       rollout, diagnostics, stats, fast_paths
   nets/                flax networks: MLP, GRU, transformer, PRM
   search/              batched tree search over true environments
-  addons/              features a recipe accepts: curriculum, PRM shaping, critique, probes
+  addons/              features a recipe accepts: curriculum, PRM shaping, critique, probes;
+                       step-level credit from restored states, each estimator and its
+                       hook in one module: vine_ppo (VinePPO), gigpo, tree_groups
   algos/               the recipes, one training program each, and the Train contract
   runtime/             the run loop: checkpoints, metrics, watchdog, launch
   sweep/, experiments/ grids of runs, and one package per study
@@ -29,9 +30,8 @@ __version__ = "0.1.0"
 # backend (gymnax, which the environments build on, runs a JAX operation when it is
 # imported), so the optional `cj.configure_process()` right after it can still set
 # XLA_FLAGS in the process itself.
-_SUBMODULES = ("algos", "anchors", "baselines", "diagnostics", "envs", "fast_paths",
-               "hindsight", "nets", "replay", "returns", "rollout", "search", "tree_rollouts",
-               "vine")
+_SUBMODULES = ("algos", "baselines", "diagnostics", "envs", "fast_paths", "hindsight",
+               "nets", "replay", "returns", "rollout", "search")
 _NAMES = {
     "credit_jax.types": ("PolicyFn", "PolicyState", "PresampledPolicy", "SequencePolicy",
                          "Trajectory", "to_batch_major"),
@@ -79,6 +79,10 @@ _MOVED = {
     "interrupts": "credit_jax.runtime.interrupts",
     "workdir": "credit_jax.runtime.workdir",
     "parallel": "credit_jax.runtime.parallel",
+    # each step-level estimator merged with its hook (one module per estimator)
+    "anchors": "credit_jax.addons.gigpo",
+    "vine": "credit_jax.addons.vine_ppo",
+    "tree_rollouts": "credit_jax.addons.tree_groups",
 }
 
 
@@ -101,11 +105,10 @@ def __dir__():
 
 __all__ = [
     "PolicyFn", "PolicyState", "PresampledPolicy", "RunningBaseline", "SearchOutput",
-    "SearchStats", "SearchTree", "SequencePolicy", "Trajectory", "algos", "anchors",
+    "SearchStats", "SearchTree", "SequencePolicy", "Trajectory", "algos",
     "baselines", "configure_process", "diagnostics", "discounted_returns", "envs",
     "fast_paths", "gae", "group_advantages",
     "hindsight", "lambda_returns", "make_mctx_search", "make_search", "make_train", "nets",
     "replay", "returns", "rollout", "running_baseline_advantages", "running_baseline_init",
-    "running_baseline_update", "search", "td_errors", "to_batch_major", "tree_rollouts",
-    "vine",
+    "running_baseline_update", "search", "td_errors", "to_batch_major",
 ]

@@ -6,7 +6,8 @@ only, while hindsight relabeling produces batches in which only some examples ex
 (a relabeled example exists only where the verifier says its goal was achieved).
 Adding the missing ones as zero-weight rows would waste buffer slots and sample draws;
 `add` here takes a mask and writes only the rows that exist. Its state is also a
-`chex.dataclass`, which this codebase avoids (see DESIGN.md); ours is a
+`chex.dataclass`, which this codebase avoids (docs/ARCHITECTURE.md, "Checks at the
+entry: explicit, not chex"); ours is a
 `flax.struct.dataclass`, so it checkpoints with orbax like every other train state.
 
   state = replay.init(example_item, capacity=100_000)   # example leaves: one item

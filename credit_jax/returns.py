@@ -7,7 +7,7 @@ Every estimator here is one reverse linear recurrence over time,
 on arrays `[T, ...]` whose trailing dims are any batch, so callers never vmap. What
 changes between estimators is only `x` (the per-step term) and `c` (how much of the
 future flows back into step t). Auto-reset rollouts put several episodes in one window;
-for every step t (see the boundary rules in DESIGN.md):
+for every step t (docs/ARCHITECTURE.md, "Shapes and episode boundaries as data"):
 
     done_t       = terminated_t | truncated_t
     next_value_t = final_values_t if truncated_t else values[t + 1]
@@ -173,7 +173,8 @@ def _check_lambda_call(rewards, discounts, values, lambda_, terminated, truncate
 
 
 def _boundary_terms(values, discounts, terminated, truncated, final_values, dtype):
-  """bootstrap_t = discount_t (1 - term_t) next_value_t, next_value_t as in DESIGN.md."""
+  """bootstrap_t = discount_t (1 - term_t) next_value_t, next_value_t as in the module
+  docstring."""
   next_values = values[1:]
   if truncated is not None:
     next_values = jnp.where(truncated.astype(bool), final_values.astype(dtype),

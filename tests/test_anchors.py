@@ -1,4 +1,4 @@
-"""Tests for credit_jax.anchors: GiGPO's anchor groups and step advantages against a
+"""Tests for GiGPO's estimator (credit_jax/addons/gigpo.py): GiGPO's anchor groups and step advantages against a
 brute-force NumPy grouping (random states with many repeats, KeyChain groups by state
 and by observation), forced hash collisions, jit/vmap, the combination with GRPO's."""
 import functools
@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import anchors, baselines, envs, returns, rollout
+from credit_jax import baselines, envs, returns, rollout
+from credit_jax.addons import gigpo
 
 
 def _brute_force(leaves, step_returns, valid, kind, eps=1e-6):
@@ -62,16 +63,16 @@ def _check_partition(group, label, valid):
       assert (group[a] == group[b]) == (label[a] == label[b]), (a, b)
 
 
-@pytest.mark.parametrize("method", anchors.METHODS)
-@pytest.mark.parametrize("kind", anchors.KINDS)
+@pytest.mark.parametrize("method", gigpo.METHODS)
+@pytest.mark.parametrize("kind", gigpo.KINDS)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_groups_and_advantages_equal_brute_force(kind, seed, method):
   leaves, step_returns, valid = _random_case(seed)
   tree = {"a": jnp.asarray(leaves[0]), "b": jnp.asarray(leaves[1]),
           "c": jnp.asarray(leaves[2])}
-  groups = jax.jit(anchors.anchor_groups, static_argnames=("method",))(
+  groups = jax.jit(gigpo.anchor_groups, static_argnames=("method",))(
       tree, jnp.asarray(valid), method=method)
-  adv, stats = jax.jit(anchors.anchor_advantages, static_argnames=("kind", "method"))(
+  adv, stats = jax.jit(gigpo.anchor_advantages, static_argnames=("kind", "method"))(
       tree, jnp.asarray(step_returns), jnp.asarray(valid), kind=kind, method=method)
   label, want, num_groups, degenerate, anchored = _brute_force(leaves, step_returns,
                                                                valid, kind)
@@ -99,22 +100,22 @@ def test_collisions_are_resolved_by_equality():
   tree = tuple(jnp.asarray(x) for x in leaves)
   collide = lambda words: jnp.zeros(words.shape[:1], jnp.uint32)    # every hash equal
   parity = lambda words: jnp.sum(words, axis=-1) % 2                 # half collide
-  base = jax.jit(anchors.anchor_advantages)(tree, jnp.asarray(step_returns),
+  base = jax.jit(gigpo.anchor_advantages)(tree, jnp.asarray(step_returns),
                                             jnp.asarray(valid))
   label = _brute_force(leaves, step_returns, valid, "grpo")[0]
   distinct = len(set(label.values()))
   for fn in (collide, parity):
     for method, probes in (("sort", 1), ("table", distinct)):
       adv, stats = jax.jit(functools.partial(
-          anchors.anchor_advantages, method=method, probes=probes, hash_fn=fn))(
+          gigpo.anchor_advantages, method=method, probes=probes, hash_fn=fn))(
               tree, jnp.asarray(step_returns), jnp.asarray(valid))
-      groups = jax.jit(functools.partial(anchors.anchor_groups, method=method,
+      groups = jax.jit(functools.partial(gigpo.anchor_groups, method=method,
                                          probes=probes, hash_fn=fn))(tree, jnp.asarray(valid))
       _check_partition(np.asarray(groups.group), label, valid)
       np.testing.assert_allclose(adv, base[0], rtol=1e-6, atol=1e-7)
   # Too few probes for a constant hash: the states left over become groups of one,
   # counted, and no two different states ever share a group.
-  groups = jax.jit(functools.partial(anchors.anchor_groups, probes=3, hash_fn=collide))(
+  groups = jax.jit(functools.partial(gigpo.anchor_groups, probes=3, hash_fn=collide))(
       tree, jnp.asarray(valid))
   group = np.asarray(groups.group)
   assert int(groups.unresolved) > 0 and int(groups.num_groups) > distinct
@@ -126,8 +127,8 @@ def test_collisions_are_resolved_by_equality():
 
 def test_floats_compare_by_their_bits():
   tree = jnp.array([[0.0, -0.0, 0.0]], jnp.float32)     # [T = 1, K = 3]
-  for method in anchors.METHODS:
-    groups = anchors.anchor_groups(tree, jnp.ones((1, 3), bool), method=method)
+  for method in gigpo.METHODS:
+    groups = gigpo.anchor_groups(tree, jnp.ones((1, 3), bool), method=method)
     g = np.asarray(groups.group)[0]
     assert g[0] == g[2] != g[1] and int(groups.num_groups) == 2
 
@@ -141,7 +142,7 @@ def test_keychain_groups_by_state_and_observation_batched_and_vmapped():
   valid = traj.valid
   to_go = returns.discounted_returns(jnp.where(valid, traj.rewards, 0.0), 0.9,
                                      terminated=traj.dones)           # [T, N, K]
-  batched = jax.jit(anchors.anchor_advantages)
+  batched = jax.jit(gigpo.anchor_advantages)
   for keys in (states.env_state, traj.obs):
     adv, stats = batched(keys, to_go, valid)                          # [T, N, K], [N]
     for n in range(3):
@@ -170,13 +171,13 @@ def test_keychain_groups_by_state_and_observation_batched_and_vmapped():
   for select in (lambda x: x, lambda x: x[:, :, 1]):
     st, rt, vt = (jax.tree.map(select, x) for x in (s_states.env_state, s_to_go,
                                                      s_traj.valid))
-    adv, stats = jax.jit(jax.vmap(anchors.anchor_advantages))(st, rt, vt)
+    adv, stats = jax.jit(jax.vmap(gigpo.anchor_advantages))(st, rt, vt)
     for i in range(2):
       one = batched(jax.tree.map(lambda x: x[i], st), rt[i], vt[i])
       np.testing.assert_allclose(adv[i], one[0], rtol=1e-6)
       for name in one[1]:
         np.testing.assert_array_equal(stats[name][i], one[1][name])
-  shared = jax.jit(jax.vmap(functools.partial(anchors.anchor_advantages, kind="mean"),
+  shared = jax.jit(jax.vmap(functools.partial(gigpo.anchor_advantages, kind="mean"),
                             in_axes=(None, 0, None)))(
       states.env_state, jnp.stack([to_go, 2 * to_go]), valid)
   np.testing.assert_allclose(shared[0][1], 2 * np.asarray(shared[0][0]), rtol=1e-5,
@@ -188,22 +189,22 @@ def test_gigpo_combination():
   episode = jnp.asarray(rng.normal(size=(2, 4)), jnp.float32)
   step = jnp.asarray(rng.normal(size=(5, 2, 4)), jnp.float32)
   valid = jnp.asarray(rng.random((5, 2, 4)) < 0.8)
-  got = anchors.gigpo_advantages(episode, step, valid, 0.5)
+  got = gigpo.gigpo_advantages(episode, step, valid, 0.5)
   want = np.where(valid, np.asarray(episode)[None] + 0.5 * np.asarray(step), 0.0)
   np.testing.assert_allclose(got, want, rtol=1e-6)
   # With a weight of 0 it is GRPO's advantage at every valid step.
   adv, _ = baselines.group_advantages(episode)
-  np.testing.assert_allclose(anchors.gigpo_advantages(adv, step, valid, 0.0),
+  np.testing.assert_allclose(gigpo.gigpo_advantages(adv, step, valid, 0.0),
                              np.where(valid, np.asarray(adv)[None], 0.0))
   with pytest.raises(ValueError, match="step_advantages"):
-    anchors.gigpo_advantages(episode, step[:, :1], valid, 0.5)
+    gigpo.gigpo_advantages(episode, step[:, :1], valid, 0.5)
 
 
 def test_bad_inputs_raise():
   with pytest.raises(ValueError, match="valid"):
-    anchors.anchor_groups(jnp.zeros((3, 2)), jnp.ones((3, 2), jnp.int32))
+    gigpo.anchor_groups(jnp.zeros((3, 2)), jnp.ones((3, 2), jnp.int32))
   with pytest.raises(ValueError, match="kind"):
-    anchors.anchor_advantages(jnp.zeros((3, 2)), jnp.zeros((3, 2)),
+    gigpo.anchor_advantages(jnp.zeros((3, 2)), jnp.zeros((3, 2)),
                               jnp.ones((3, 2), bool), kind="ppo")
   with pytest.raises(ValueError, match="step dims"):
-    anchors.state_words({"a": jnp.zeros((3, 2)), "b": jnp.zeros((3, 3))}, 2)
+    gigpo.state_words({"a": jnp.zeros((3, 2)), "b": jnp.zeros((3, 3))}, 2)

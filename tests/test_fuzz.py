@@ -40,7 +40,8 @@ def episodes(draw, shapes=SHAPES):
 
 
 # ----------------------------------------------------------------------------------
-# Estimators: references are plain float64 loops over time (DESIGN.md's rules).
+# Estimators: references are plain float64 loops over time (the boundary rules of
+# credit_jax/returns.py's docstring and docs/ARCHITECTURE.md).
 
 
 def np_advantages(r, d, v, lam, term, trunc, fv):

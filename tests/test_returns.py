@@ -16,7 +16,8 @@ METHODS = ("scan", "associative")
 
 
 # ----------------------------------------------------------------------------------
-# References: plain loops over time that follow DESIGN.md's boundary rules literally.
+# References: plain loops over time that follow the boundary rules of credit_jax/returns.py's
+# docstring (docs/ARCHITECTURE.md, "Shapes and episode boundaries as data") literally.
 
 
 def np_gae(r, d, v, lam, term, trunc, fv):

@@ -1,4 +1,4 @@
-"""Tests for credit_jax.search.decoding against plain NumPy enumeration of tiny trees:
+"""Tests for credit_jax.experiments.tree_search.decoding against plain NumPy enumeration of tiny trees:
 greedy is the argmax walk, beam search the NumPy beam (and exhaustive search at full
 width), sampling without replacement never repeats and has the exact inclusion
 probabilities, best-of-M samples the tempered policy, and dedup is a Viterbi over states."""
@@ -11,7 +11,7 @@ import pytest
 from flax import struct
 from gymnax.environments import environment
 
-from credit_jax.search import decoding as baselines
+from credit_jax.experiments.tree_search import decoding as baselines
 
 A, T = 3, 3
 NUM_NODES = sum(A ** t for t in range(T + 1))

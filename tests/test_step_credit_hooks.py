@@ -7,7 +7,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from credit_jax import anchors, envs, rollout, tree_rollouts, vine
+from credit_jax import envs, rollout
 from credit_jax.addons import gigpo, hooks, step_states, tree_groups, vine_ppo
 from credit_jax.config import ConfigError
 
@@ -105,10 +105,10 @@ def test_vine_slot_equals_the_core_estimator():
   adv, _, metrics = jax.jit(lambda t: bound.advantages({}, _inputs(
       t, jnp.zeros_like(t.rewards), hp, key)))(traj)
   def direct(traj):
-    out = vine.collect_vines(env.inner, params, policy, None, jax.random.fold_in(key, 3),
+    out = vine_ppo.collect_vines(env.inner, params, policy, None, jax.random.fold_in(key, 3),
                              traj, step_states.step_states(policy, traj), num_vines=8,
                              every=2, gamma=0.9)
-    return vine.vine_advantages(traj.rewards, out.values, every=2, gamma=0.9,
+    return vine_ppo.vine_advantages(traj.rewards, out.values, every=2, gamma=0.9,
                                 terminated=traj.terminated, truncated=traj.truncated,
                                 valid=traj.valid)
   want = jax.jit(direct)(traj)
@@ -132,7 +132,7 @@ def test_gigpo_slot_adds_weighted_anchor_advantages():
   for t in reversed(range(T)):
     later = to_go[t + 1] if t + 1 < T else 0.0
     to_go[t] = rewards[t] + 0.9 * np.where(traj.dones[t], 0.0, later)
-  step, stats = jax.jit(anchors.anchor_advantages)(traj.info["step_state"],
+  step, stats = jax.jit(gigpo.anchor_advantages)(traj.info["step_state"],
                                                    jnp.asarray(to_go), traj.valid)
   np.testing.assert_allclose(adv, np.where(traj.valid, episode + 0.5 * step, 0.0),
                              rtol=1e-6)
@@ -147,14 +147,14 @@ def test_tree_slots_collect_once_per_prefix_and_credit_nodes():
   inputs = hooks.CollectInput(env, params, policy, None, jax.random.key(5), 3, 4, T)
   traj, _, metrics = jax.jit(lambda key: bound.collect(
       {}, None, inputs._replace(key=key)))(inputs.key)
-  assert float(metrics["env_steps"]) == 3 * tree_rollouts.tree_env_steps(2, (2, 4), T)
+  assert float(metrics["env_steps"]) == 3 * tree_groups.tree_env_steps(2, (2, 4), T)
   assert int(jnp.sum(traj.valid)) == float(metrics["env_steps"])
   hp = {"tree.episode_weight": jnp.float32(0.5)}
   adv, _, m = jax.jit(lambda t: bound.advantages({}, _inputs(
       t, jnp.zeros_like(t.rewards), hp, jax.random.key(0))))(traj)
   outcomes = np.sum(np.where(traj.info["tree_valid"], traj.rewards, 0.0), axis=0)
-  node, _ = tree_rollouts.tree_advantages(jnp.asarray(outcomes), 2, 2, episode_weight=0.5)
-  want = np.asarray(node)[tree_rollouts.segment_index((2, 4), T)]
+  node, _ = tree_groups.tree_advantages(jnp.asarray(outcomes), 2, 2, episode_weight=0.5)
+  want = np.asarray(node)[tree_groups.segment_index((2, 4), T)]
   np.testing.assert_allclose(adv, np.where(traj.valid, want, 0.0), rtol=1e-6)
   # Without a tree feature the recipe's own rollout runs.
   plain = hooks.Hooks([])

@@ -3,7 +3,8 @@ every method's updates fit the same env-step budget, with vine and branch steps 
 as the recipes count them."""
 import numpy as np
 
-from credit_jax import algos, tree_rollouts
+from credit_jax import algos
+from credit_jax.addons import tree_groups
 from credit_jax.experiments import step_credit
 from credit_jax.experiments.step_credit import study
 
@@ -22,7 +23,7 @@ def test_budgets_are_equal_and_count_vine_and_branch_steps():
         per_update["gigpo_obs"] == 64 * horizon
     assert per_update["tree"] == 8 * (horizon // 4 + 2 * horizon // 4 + 4 * horizon // 4
                                       + 8 * horizon // 4)
-    assert per_update["tree"] == 8 * tree_rollouts.tree_env_steps(
+    assert per_update["tree"] == 8 * tree_groups.tree_env_steps(
         2, (horizon // 4, horizon // 2, 3 * horizon // 4), horizon)
     # 32 environments, and 2 vines from t = 0, T/4, T/2, 3T/4 of each: 2.5 T per vine set.
     assert per_update["vine"] == 32 * horizon + 32 * 2 * (horizon * 10 // 4)

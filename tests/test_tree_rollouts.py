@@ -1,4 +1,4 @@
-"""Tests for credit_jax.tree_rollouts: shared prefixes and their step count against the
+"""Tests for tree-structured groups (credit_jax/addons/tree_groups.py): shared prefixes and their step count against the
 formula, a sequence policy's carry across branches (log-probs replayed in NumPy), early
 ends, the advantages of a hand-built tree, and GRPO as the one-level tree from the root."""
 import jax
@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import baselines, envs, tree_rollouts as tr
+from credit_jax import baselines, envs
+from credit_jax.addons import tree_groups as tr
 
 import step_credit_refs as refs
 

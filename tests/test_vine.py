@@ -1,4 +1,4 @@
-"""Tests for credit_jax.vine: Monte-Carlo values from restored states against exact
+"""Tests for VinePPO's estimator (credit_jax/addons/vine_ppo.py): Monte-Carlo values from restored states against exact
 values by enumeration (KeyChain, a sequence policy's restored carry, a chain with random
 transitions and early ends), the step count, jit/vmap, and the advantages against a loop."""
 import functools
@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import envs, rollout, vine
+from credit_jax import envs, rollout
+from credit_jax.addons import vine_ppo as vine
 
 import step_credit_refs as refs
 

@@ -55,25 +55,28 @@ Array = jax.Array
 __all__ = ["CocoaCredit", "all_action_loss", "all_action_terms", "clipped_all_action_loss",
            "clipped_all_action_terms", "cocoa_credit",
            "cocoa_loss", "future_by_class", "hca_advantages", "hca_loss",
-           "reward_classes", "step_credit_mass"]
+           "check_shape", "check_time_batch", "reward_classes", "step_credit_mass"]
 
 # Hindsight probabilities are floored here before dividing by them: a learned h that
 # puts (almost) no mass on the action taken would otherwise blow up HCA's ratio.
 H_FLOOR = 1e-3
 
 
-def _check(name: str, x: Any, shape) -> None:
+def check_shape(name: str, x: Any, shape) -> None:
+  """Raises ValueError naming `name` unless `x` has shape `shape`."""
   if tuple(np.shape(x)) != tuple(shape):
     raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(np.shape(x))}")
 
 
-def _check_tb(rewards: Any, dones: Any, valid: Any = None) -> tuple:
+def check_time_batch(rewards: Any, dones: Any, valid: Any = None) -> tuple:
+  """`rewards`' shape `(T, B)`; raises ValueError unless `rewards` is [T, B] and `dones`
+  (and `valid`, if given) have its shape. RUDDER's functions check with it too."""
   if np.ndim(rewards) != 2:
     raise ValueError(f"rewards must be [T, B] (rank 2), got shape {np.shape(rewards)}")
   shape = tuple(np.shape(rewards))
-  _check("dones", dones, shape)
+  check_shape("dones", dones, shape)
   if valid is not None:
-    _check("valid", valid, shape)
+    check_shape("valid", valid, shape)
   return shape
 
 
@@ -109,8 +112,8 @@ def future_by_class(rewards: Array, classes: Array, num_classes: int, gamma: Any
     (F [T, B, M]: sum_{k > t} gamma^(k-t) r_k [u_k = m], N [T, B, M]: the same without
     r_k, the discounted count), both within the step's episode.
   """
-  shape = _check_tb(rewards, dones, valid)
-  _check("classes", classes, shape)
+  shape = check_time_batch(rewards, dones, valid)
+  check_shape("classes", classes, shape)
   mask = _mask(shape, valid)
   dones = jnp.asarray(dones, bool) & mask
   hot = jax.nn.one_hot(jnp.where(mask, classes, -1), int(num_classes),
@@ -137,8 +140,8 @@ def hca_advantages(pi_taken: Array, h_taken: Array, z: Array, valid: Array = Non
     h_taken: [T, B] the hindsight model's (floored at `H_FLOOR`);
     z: [T, B] the return-to-go Z_t; valid: optional [T, B] bool.
   """
-  _check("h_taken", h_taken, np.shape(pi_taken))
-  _check("z", z, np.shape(pi_taken))
+  check_shape("h_taken", h_taken, np.shape(pi_taken))
+  check_shape("z", z, np.shape(pi_taken))
   adv = (1.0 - pi_taken / jnp.maximum(h_taken, H_FLOOR)) * z
   return jnp.where(_mask(np.shape(pi_taken), valid), adv, 0.0)
 
@@ -146,7 +149,7 @@ def hca_advantages(pi_taken: Array, h_taken: Array, z: Array, valid: Array = Non
 def hca_loss(h_logits: Array, actions: Array, valid: Array = None) -> Array:
   """[] mean cross entropy of `h(. | o_t, Z_t)` (`h_logits [T, B, A]`) against the action
   taken (`actions [T, B]`) over the valid steps."""
-  _check("actions", actions, np.shape(h_logits)[:2])
+  check_shape("actions", actions, np.shape(h_logits)[:2])
   ce = -jnp.take_along_axis(jax.nn.log_softmax(h_logits), actions[..., None].astype(
       jnp.int32), axis=-1)[..., 0]
   m = _mask(np.shape(actions), valid).astype(jnp.float32)
@@ -174,11 +177,11 @@ def cocoa_credit(pi: Array, h: Array, rewards: Array, classes: Array, gamma: Any
     rewards: [T, B]; classes: [T, B] int32 (`reward_classes`); gamma: [] float;
     dones: [T, B] bool; valid: optional [T, B] bool.
   """
-  shape = _check_tb(rewards, dones, valid)
+  shape = check_time_batch(rewards, dones, valid)
   if np.ndim(pi) != 3 or tuple(np.shape(pi)[:2]) != shape:
     raise ValueError(f"pi must be [T, B, A] with [T, B] = {shape}, got {np.shape(pi)}")
   num_classes = np.shape(h)[2] if np.ndim(h) == 4 else -1
-  _check("h", h, shape + (num_classes, np.shape(pi)[2]))
+  check_shape("h", h, shape + (num_classes, np.shape(pi)[2]))
   future, _ = future_by_class(rewards, classes, num_classes, gamma, dones, valid)
   w = h / jnp.maximum(pi[:, :, None, :], jnp.finfo(jnp.float32).tiny) - 1.0
   contributions = jnp.einsum("tbma,tbm->tba", w, future)
@@ -193,7 +196,7 @@ def cocoa_loss(h_logits: Array, actions: Array, counts: Array) -> Array:
   [T, B, M, A]`) against `actions [T, B]`, weighted by `counts [T, B, M]` (the discounted
   count `N_t(m)` of `future_by_class`, 0 at invalid steps), over the total weight."""
   shape = tuple(np.shape(actions))
-  _check("counts", counts, np.shape(h_logits)[:3])
+  check_shape("counts", counts, np.shape(h_logits)[:3])
   if tuple(np.shape(h_logits)[:2]) != shape:
     raise ValueError(f"h_logits must be [T, B, M, A] with [T, B] = {shape}, got "
                      f"{np.shape(h_logits)}")
@@ -218,8 +221,8 @@ def all_action_terms(logits: Array, actions: Array, immediate: Array,
     logits: [T, B..., A]; actions: [T, B...] int; immediate: [T, B...];
     contributions: [T, B..., A].
   """
-  _check("contributions", contributions, np.shape(logits))
-  _check("immediate", immediate, np.shape(logits)[:-1])
+  check_shape("contributions", contributions, np.shape(logits))
+  check_shape("immediate", immediate, np.shape(logits)[:-1])
   logp = jax.nn.log_softmax(logits)
   taken = jnp.take_along_axis(logp, actions[..., None].astype(jnp.int32), -1)[..., 0]
   return -(taken * jax.lax.stop_gradient(immediate) + jnp.sum(
@@ -253,8 +256,8 @@ def clipped_all_action_terms(logits: Array, old_logits: Array, actions: Array,
     batch); actions: [T, B...] int; immediate: [T, B...]; contributions: [T, B..., A];
     clip_eps: [] float.
   """
-  _check("old_logits", old_logits, np.shape(logits))
-  _check("contributions", contributions, np.shape(logits))
+  check_shape("old_logits", old_logits, np.shape(logits))
+  check_shape("contributions", contributions, np.shape(logits))
   logp = jax.nn.log_softmax(logits)
   old = jax.lax.stop_gradient(jax.nn.log_softmax(old_logits))
   rho = jnp.exp(logp - old)                                            # [T, B, A]
@@ -284,6 +287,6 @@ def step_credit_mass(pi: Array, immediate: Array, contributions: Array) -> Array
   """[T, B] how much credit the all-action estimator gives step t: `|immediate_t| +
   sum_a pi(a) |C_t(a) - sum_b pi(b) C_t(b)|` (the centred contributions are what moves
   the policy: a common shift of all C_t(a) has no gradient). For credit accuracy."""
-  _check("contributions", contributions, np.shape(pi))
+  check_shape("contributions", contributions, np.shape(pi))
   centred = contributions - jnp.sum(pi * contributions, axis=-1, keepdims=True)
   return jnp.abs(immediate) + jnp.sum(pi * jnp.abs(centred), axis=-1)

@@ -66,7 +66,7 @@ import optax
 from credit_jax import diagnostics, envs, replay, returns
 from credit_jax.addons import hooks
 # The learned-credit estimators share one check of their [T, B] inputs.
-from credit_jax.addons.contributions import _check as _check_tm, _check_tb as _check_pair
+from credit_jax.addons.contributions import check_shape, check_time_batch
 from credit_jax.config import require
 from credit_jax.nets.credit_models import ReturnPredictor
 from credit_jax.types import Trajectory
@@ -89,7 +89,7 @@ def episode_starts(dones: Array) -> Array:
 def segment_cumsum(x: Array, dones: Array) -> Array:
   """[T, B] running sums of `x [T, B]` restarted at each episode start (`dones [T, B]`
   marks each episode's last step): `C_t = x_t + C_{t-1}` inside an episode."""
-  _check_pair(x, dones)
+  check_time_batch(x, dones)
   flip = lambda a: jnp.flip(a, axis=0)
   return flip(returns.discounted_returns(flip(x), 1.0,
                                          terminated=flip(episode_starts(dones))))
@@ -106,7 +106,7 @@ def episode_returns(rewards: Array, dones: Array, valid: Array = None
     (G [T, B]: the total reward of the episode step t belongs to, up to the window's end;
      complete [T, B] bool: that episode's last step lies inside the window).
   """
-  _check_pair(rewards, dones, valid)
+  check_time_batch(rewards, dones, valid)
   mask = jnp.ones(rewards.shape, bool) if valid is None else jnp.asarray(valid, bool)
   dones = jnp.asarray(dones, bool) & mask
   rewards = jnp.where(mask, rewards, 0.0)
@@ -131,8 +131,8 @@ def redistribute(predictions: Array, rewards: Array, dones: Array, valid: Array 
     each episode's last step, C_t the episode's rewards so far; summed over an episode
     that ends in the window it is exactly that episode's return.
   """
-  _check_pair(rewards, dones, valid)
-  _check_tm("predictions", predictions, rewards.shape)
+  check_time_batch(rewards, dones, valid)
+  check_shape("predictions", predictions, rewards.shape)
   mask = jnp.ones(rewards.shape, bool) if valid is None else jnp.asarray(valid, bool)
   dones = jnp.asarray(dones, bool) & mask
   g = jnp.where(mask, predictions, 0.0)
@@ -160,8 +160,8 @@ def prediction_loss(predictions: Array, targets: Array, dones: Array, complete: 
     [] float: (sum of last-step errors + aux_weight * sum of per-step errors / T) over
     the weighted columns' episodes, divided by their number of episodes.
   """
-  _check_tm("targets", targets, np.shape(predictions))
-  _check_pair(predictions, dones, complete)
+  check_shape("targets", targets, np.shape(predictions))
+  check_time_batch(predictions, dones, complete)
   w = jnp.ones(predictions.shape[1:], jnp.float32) if weights is None else weights
   if tuple(np.shape(w)) != tuple(np.shape(predictions)[1:]):
     raise ValueError(f"weights must be [B] = {np.shape(predictions)[1:]}, got "
@@ -192,7 +192,7 @@ def episode_tokens(obs: Array, actions: Array, rewards: Array, num_actions: int,
   """
   if np.ndim(actions) != 2:
     raise ValueError(f"actions must be [T, B], got shape {np.shape(actions)}")
-  _check_tm("rewards", rewards, np.shape(actions))
+  check_shape("rewards", rewards, np.shape(actions))
   if tuple(np.shape(obs)[:2]) != tuple(np.shape(actions)):
     raise ValueError(f"obs must be [T, B, ...] with [T, B] = {np.shape(actions)}, got "
                      f"{np.shape(obs)}")

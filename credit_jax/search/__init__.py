@@ -22,8 +22,9 @@ The package, one job per module (mctx splits the same job the same way):
   search.py       `make_search`, composing them.
   mctx_adapter.py `make_mctx_search`: mctx's `gumbel_muzero_policy` on the same model
                   (mctx imported only when a search is built).
-  decoding.py     what a search must beat at matched compute: greedy, best-of-M,
-                  sampling without replacement, beam search (`credit_jax.search.decoding`).
+  (what a search must beat at matched compute, greedy, best-of-M, sampling without
+  replacement and beam search, serves the tree-search study only and lives in it:
+  `credit_jax/experiments/tree_search/decoding.py`.)
 
 On CPU, run search-heavy programs on one core (`taskset -c 0 python3 ...`, or
 scripts/cpu_affinity.py before jax starts): XLA's CPU runtime spreads the independent

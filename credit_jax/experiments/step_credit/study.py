@@ -46,7 +46,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from credit_jax import envs, nets, rollout, stats, tree_rollouts
+from credit_jax import envs, nets, rollout, stats
+from credit_jax.addons import tree_groups
 from credit_jax.addons import gigpo, tree_groups, vine_ppo
 from credit_jax.algos import grpo, make_train, ppo
 from credit_jax.algos import train as train_lib
@@ -85,7 +86,7 @@ def _env_kwargs(config, horizon):
 
 def _steps_per_update(config, method, horizon):
   if method == "tree":
-    return 8 * tree_rollouts.tree_env_steps(2, _branch_steps(horizon), horizon)
+    return 8 * tree_groups.tree_env_steps(2, _branch_steps(horizon), horizon)
   if method == "vine":
     every = horizon // 4
     vine_steps = sum(horizon - t for t in range(0, horizon, every))

@@ -2,7 +2,7 @@
 
 Per point (a prior, k pivotal steps of KeyChain-v0), on `num_tasks` start states shared by
 every method, we run the tree search (`credit_jax.search.make_search`, the prior as its
-policy) and the baselines of `credit_jax.search.decoding`: greedy, best-of-M at each of
+policy) and the baselines of `decoding.py` (this package): greedy, best-of-M at each of
 `temperatures`, sampling without replacement (M distinct sequences), beam search over
 action sequences and beam search over distinct states (`dedup`). A task is solved when the
 method returns a complete successful episode; rates carry Wilson 95% intervals.
@@ -41,7 +41,7 @@ from credit_jax import diagnostics as dg
 from credit_jax import envs, rollout
 from credit_jax import search as search_lib
 from credit_jax.experiments import report
-from credit_jax.search import decoding as bl
+from credit_jax.experiments.tree_search import decoding as bl
 
 PRIORS = ("uniform", "informative", "adversarial")
 MATCHINGS = ("steps_and_evals", "wall_time")
