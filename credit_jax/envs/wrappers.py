@@ -75,10 +75,10 @@ class Wrapper(environment.Environment):
   def default_params(self) -> Any:
     return self._env.default_params
 
-  def observation_space(self, params: Any) -> Any:
+  def observation_space(self, params: Any = None) -> Any:
     return self._env.observation_space(params)
 
-  def action_space(self, params: Any) -> Any:
+  def action_space(self, params: Any = None) -> Any:
     return self._env.action_space(params)
 
   def _inner_state(self, state: Any) -> Any:
