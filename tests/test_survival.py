@@ -1,8 +1,8 @@
-"""credit_jax/experiments/probes/survival.py against hand-computed Kaplan-Meier cases and brute force."""
+"""credit_jax/survival.py against hand-computed Kaplan-Meier cases and brute force."""
 import numpy as np
 import pytest
 
-from credit_jax.experiments.probes import survival
+from credit_jax import survival
 
 # Seeds reached the threshold at 2, 3 and 5; seeds censored at 3 and 8.
 TIMES = [2.0, 3.0, 3.0, 5.0, 8.0]

@@ -24,10 +24,10 @@ step). An arm is its advantage (the per-step weight of grad log pi) and its upda
     (`cocoa_decay` per update) from the episodes of earlier updates (this update's
     episodes enter it after the gradient is taken, so its coefficients do not depend on
     them);
-  * `vine`: VinePPO's Monte-Carlo values (`credit_jax/vine.py`): `vine_trajectories`
+  * `vine`: VinePPO's Monte-Carlo values (`credit_jax/addons/vine_ppo.py`): `vine_trajectories`
     episodes, `vine_k` vines from every `T // vine_points`-th step of each (at least 1),
-    segment advantages `vine.vine_advantages`, the REINFORCE-style update (one Adam
-    step). Its env steps per update count every vine step (`vine.VineValues.env_steps`).
+    segment advantages `vine_ppo.vine_advantages`, the REINFORCE-style update (one Adam
+    step). Its env steps per update count every vine step (`vine_ppo.VineValues.env_steps`).
 
 Env steps per update (`steps_per_update`) are the trajectories' T x episodes plus, for
 the vine, K sum_j (T - t_j) per trajectory; the training loop counts what it ran and the
@@ -55,7 +55,8 @@ import ml_collections
 import numpy as np
 import optax
 
-from credit_jax import baselines, returns, rollout, vine
+from credit_jax import baselines, returns, rollout
+from credit_jax.addons import vine_ppo
 from credit_jax.algos import ConfigError
 from credit_jax.experiments.horizon_answer import anatomy
 from credit_jax.nets import tabular
@@ -156,7 +157,7 @@ def steps_per_update(config, arm: str, horizon: int) -> int:
   horizon = int(horizon)
   if arm != "vine":
     return int(config.episodes) * horizon
-  points = vine.vine_points(horizon, vine_every(config, horizon))
+  points = vine_ppo.vine_points(horizon, vine_every(config, horizon))
   per_traj = horizon + int(config.vine_k) * int(np.sum(horizon - points))
   return int(config.vine_trajectories) * per_traj
 
@@ -327,9 +328,9 @@ def _vine_update(config, probe, state, key, lr, ascend):
   k_traj, k_vine = jax.random.split(key)
   traj, states = rollout.collect_episodes(probe.env, probe.env_params, policy, w, k_traj, b,
                                           horizon, keep_states=True)
-  values = vine.collect_vines(probe.env, probe.env_params, policy, w, k_vine, traj, states,
+  values = vine_ppo.collect_vines(probe.env, probe.env_params, policy, w, k_vine, traj, states,
                               num_vines=int(config.vine_k), every=every)
-  adv = vine.vine_advantages(traj.rewards, values.values, every=every,
+  adv = vine_ppo.vine_advantages(traj.rewards, values.values, every=every,
                              terminated=traj.terminated, truncated=traj.truncated,
                              valid=traj.valid)
   row = tabular.joint_index(traj.obs, probe.groups)
