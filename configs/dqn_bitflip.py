@@ -7,7 +7,7 @@
 Variants: none (n = 15, HER `future` with k = 4, 300 cycles), "noher" (the same without
 relabeling: plain DQN), "small" (n = 6 for 20 cycles, seconds on a 2-core CPU). Every
 field and its meaning: `credit_jax/algos/dqn.py`'s `default_config()`, which the default
-variant is. The hindsight experiment (configs/hindsight.py) runs `config(n, her)` for
+variant is. The relabeling experiment (configs/relabel.py) runs `config(n, her)` for
 several n, with and without HER.
 """
 from credit_jax.algos import dqn

@@ -5,7 +5,7 @@ The public API is flat: `cj.gae`, `cj.lambda_returns`, `cj.group_advantages`,
 those below it (docs/ARCHITECTURE.md draws it):
 
   envs/                environments with ground truth for credit (gymnax 1.0 API)
-  core modules         types, config, returns, baselines, hindsight, replay, episodes,
+  core modules         types, config, returns, baselines, relabel, replay, episodes,
                        rollout, diagnostics, stats, fast_paths
   nets/                flax networks: MLP, GRU, transformer, PRM
   search/              batched tree search over true environments
@@ -30,8 +30,8 @@ __version__ = "0.1.0"
 # backend (gymnax, which the environments build on, runs a JAX operation when it is
 # imported), so the optional `cj.configure_process()` right after it can still set
 # XLA_FLAGS in the process itself.
-_SUBMODULES = ("algos", "baselines", "diagnostics", "envs", "fast_paths", "hindsight",
-               "nets", "replay", "returns", "rollout", "search")
+_SUBMODULES = ("algos", "baselines", "diagnostics", "envs", "fast_paths", "nets", "relabel",
+               "replay", "returns", "rollout", "search")
 _NAMES = {
     "credit_jax.types": ("PolicyFn", "PolicyState", "PresampledPolicy", "SequencePolicy",
                          "Trajectory", "to_batch_major"),
@@ -83,6 +83,8 @@ _MOVED = {
     "anchors": "credit_jax.addons.gigpo",
     "vine": "credit_jax.addons.vine_ppo",
     "tree_rollouts": "credit_jax.addons.tree_groups",
+    # "hindsight" names HCA's learned credit only (addons/hindsight_credit.py)
+    "hindsight": "credit_jax.relabel",
 }
 
 
@@ -108,7 +110,8 @@ __all__ = [
     "SearchStats", "SearchTree", "SequencePolicy", "Trajectory", "algos",
     "baselines", "configure_process", "diagnostics", "discounted_returns", "envs",
     "fast_paths", "gae", "group_advantages",
-    "hindsight", "lambda_returns", "make_mctx_search", "make_search", "make_train", "nets",
+    "lambda_returns", "make_mctx_search", "make_search", "make_train", "nets",
+    "relabel",
     "replay", "returns", "rollout", "running_baseline_advantages", "running_baseline_init",
     "running_baseline_update", "search", "td_errors", "to_batch_major",
 ]

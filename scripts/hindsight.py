@@ -1,14 +1,10 @@
-"""Hindsight relabeling on and off: what it buys in sample efficiency.
-
-  python3 scripts/hindsight.py --config=configs/hindsight.py --workdir=/tmp/her
-  python3 scripts/hindsight.py --config=configs/hindsight.py:small --workdir=/tmp/her_s
-  python3 scripts/hindsight.py --config=configs/hindsight.py --workdir=/tmp/her \
-      --config.parts=b
-
-Writes bitflip.png, grpo_<env>.png, summary.json and summary.md into --workdir. All
-logic lives in credit_jax/experiments/hindsight/study.py.
-"""
-from credit_jax.experiments import cli, hindsight
+"""Old name of scripts/relabel.py (issue 45): runs it, after one line on stderr naming
+the new script."""
+import os
+import runpy
+import sys
 
 if __name__ == "__main__":
-  cli.main(hindsight)
+  print("note: scripts/hindsight.py is now scripts/relabel.py", file=sys.stderr)
+  runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "relabel.py"),
+                 run_name="__main__")

@@ -11,10 +11,10 @@ is killed. A run that exits non-zero is *failed*. At the end it prints, per sett
 counts (finished / hung / failed), and the wall and CPU time of the finished runs (on a
 shared machine the CPU time is the steadier measure of a setting's cost).
 
-  # the part of scripts/hindsight.py that hung (GRPO relabeling, part b)
+  # the part of scripts/relabel.py that hung (GRPO relabeling, part b)
   nice -n 5 python3 scripts/soak.py --runs=20 --settings=default,sched_off \\
       --log=/tmp/soak_b.jsonl -- \\
-      scripts/hindsight.py --config=configs/hindsight.py --config.parts=b --workdir={workdir}
+      scripts/relabel.py --config=configs/relabel.py --config.parts=b --workdir={workdir}
   # a 16-seed PPO run
   nice -n 5 python3 scripts/soak.py --runs=20 --settings=default,eigen_off -- \\
       scripts/train.py --config=configs/ppo_cartpole.py --config.seeds=16 \\
@@ -179,26 +179,26 @@ def summarize(records: List[dict]) -> str:
 
 
 def grpo_cell_loop(env: str, reps: int, updates: int, seeds: int) -> None:
-  """The cell of scripts/hindsight.py part b that hung, compiled once, run `reps` times.
+  """The cell of scripts/relabel.py part b that hung, compiled once, run `reps` times.
 
-  One compiled call trains GRPO on `env` (configs/hindsight.py's cell) for the three
-  relabeling modes x `seeds` seeds, vmapped, as hindsight.py does; each repetition uses
+  One compiled call trains GRPO on `env` (configs/relabel.py's cell) for the three
+  relabeling modes x `seeds` seeds, vmapped, as relabel.py does; each repetition uses
   new keys and waits for the result. More executions per compile: more chances to hang.
   """
   import importlib.util  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from credit_jax import algos
-  from credit_jax.algos import grpo_hindsight
+  from credit_jax.algos import grpo_relabel
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   spec = importlib.util.spec_from_file_location(
-      "hindsight_config", os.path.join(root, "configs", "hindsight.py"))
+      "hindsight_config", os.path.join(root, "configs", "relabel.py"))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   config = module.grpo_config(env)
   config.num_updates = updates
   train = algos.make_train(config)
-  arms = [grpo_hindsight.mode_hparams(m) for m in grpo_hindsight.MODES]
+  arms = [grpo_relabel.mode_hparams(m) for m in grpo_relabel.MODES]
   hp = {k: np.repeat(np.array([a.get(k, float(v)) for a in arms], np.float32), seeds)
         for k, v in train.default_hparams.items()}
   fn = jax.jit(jax.vmap(train))

@@ -18,7 +18,7 @@ from config_files import load_config
 
 CONFIGS = {"ppo_cartpole": (None, "small"), "grpo_keychain": (None, "small", "delay"),
            "reinforce_keychain": (None, "small"), "dqn_bitflip": (None, "noher", "small"),
-           "grpo_hindsight_goalgrid": (None, "none", "iw", "small"),
+           "grpo_relabel_goalgrid": (None, "none", "iw", "small"),
            "search_then_train_keychain": (None, "small")}
 
 

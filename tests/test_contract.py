@@ -36,7 +36,7 @@ TINY = {
     "reinforce": {**_KEYCHAIN, "num_envs": 4},
     "dqn": {"env_kwargs.num_bits": 3, "horizon": 3, "num_envs": 2, "eval_envs": 2,
             "buffer_size": 64, "batch_size": 8, "grad_steps": 2},
-    "grpo_hindsight": {"env_kwargs.size": 3, "env_kwargs.max_steps_in_episode": 4,
+    "grpo_relabel": {"env_kwargs.size": 3, "env_kwargs.max_steps_in_episode": 4,
                        "horizon": 4, **_GROUPS},
     "search_then_train": {**_KEYCHAIN, **_GROUPS, "search_tasks": 2,
                           "search_simulations": 4},
@@ -51,7 +51,7 @@ RUN = {"num_updates": 3, "seeds": 2, "chunk_updates": 1, "checkpoint_every": 1,
 # One recipe-specific field per recipe with a value it cannot run with.
 BAD = {"ppo": ("clip_eps", 0.0), "grpo": ("group_size", 1),
        "reinforce": ("credit", "oracle"), "dqn": ("her_strategy", "all"),
-       "grpo_hindsight": ("relabel", "both"), "search_then_train": ("search_weight", 2.0),
+       "grpo_relabel": ("relabel", "both"), "search_then_train": ("search_weight", 2.0),
        "hierarchy": ("segment_length", 5), "token_agent": ("estimator", "a2c")}
 
 

@@ -301,7 +301,7 @@ def test_the_runner_names_no_recipe_and_imports_no_critique(monkeypatch):
               for a in n.names}
   assert "critique" not in imported and not hasattr(train_lib, "EPISODIC")
   strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
-  assert not strings & {"grpo", "reinforce", "grpo_hindsight", "search_then_train"}
+  assert not strings & {"grpo", "reinforce", "grpo_relabel", "search_then_train"}
   assert features.CONFIG_WRAPPERS["retry_attempts"] == critique.__name__
   # An entry of the table is applied by make_env, under the history window.
   fake = types.ModuleType("fake_wrapper")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from credit_jax.addons import curriculum as cur
-from credit_jax.algos import ConfigError, grpo, grpo_hindsight, ppo, search_then_train
+from credit_jax.algos import ConfigError, grpo, grpo_relabel, ppo, search_then_train
 
 
 def ppo_config(kind, **kw):
@@ -114,7 +114,7 @@ def test_value_loss_score_needs_a_critic_and_ppo_needs_horizon():
       ppo.validate_config(c)
 
 
-@pytest.mark.parametrize("module", [grpo_hindsight, search_then_train])
+@pytest.mark.parametrize("module", [grpo_relabel, search_then_train])
 def test_recipes_without_a_curriculum_refuse_the_block(module):
   c = cur.add_config(module.default_config())
   module.validate_config(c)                      # kind "none": accepted

@@ -228,7 +228,7 @@ def test_every_recipe_and_network_kind_evaluates(recipe, kind, tmp_path):
 
 
 # The recipes on goal / subgoal / token environments, at test_contract.py's tiny shapes.
-OTHER_RECIPES = ("dqn", "grpo_hindsight", "hierarchy", "token_agent")
+OTHER_RECIPES = ("dqn", "grpo_relabel", "hierarchy", "token_agent")
 
 
 @pytest.mark.slow

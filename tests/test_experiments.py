@@ -235,7 +235,7 @@ SCRIPT_RUNS = {
     "tree_search": ("smoke", ["--config.parts=a", "--config.points=(('uniform',1),)",
                               "--config.num_tasks=2", "--config.search.simulations=4"],
                     ["search_vs_baselines.png"]),
-    "hindsight": ("small", ["--config.parts=a", "--config.bitflip_bits=(2,)",
+    "relabel": ("small", ["--config.parts=a", "--config.bitflip_bits=(2,)",
                             "--config.cycles_per_bit=1", "--config.seeds=1",
                             "--config.dqn.grad_steps=1"], ["bitflip.png"]),
     "horizon_study": ("smoke", ["--config.horizons=(4,)", "--config.lr_sweep.families=()",

@@ -134,7 +134,7 @@ def _enable(c, name):
   return c
 
 
-@pytest.mark.parametrize("algo", ["ppo", "grpo", "reinforce", "dqn", "grpo_hindsight",
+@pytest.mark.parametrize("algo", ["ppo", "grpo", "reinforce", "dqn", "grpo_relabel",
                                   "search_then_train", "hierarchy", "token_agent"])
 def test_every_recipe_refuses_the_features_it_does_not_take(algo):
   from credit_jax.addons import features

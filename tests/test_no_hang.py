@@ -106,7 +106,7 @@ RECIPE_CONFIGS = [
     ("ppo_gru_keychain", {"network.kind": "transformer"}), ("ppo_critic_keychain", {}),
     ("ppo_critic_keychain", {"network.critic_kind": "mlp"}),
     ("grpo_keychain", {}), ("reinforce_keychain", {}), ("dqn_bitflip", {}),
-    ("grpo_hindsight_goalgrid", {}), ("search_then_train_keychain", {}),
+    ("grpo_relabel_goalgrid", {}), ("search_then_train_keychain", {}),
     ("hierarchy_goalgrid", {}), ("token_agent", {}),
 ]
 

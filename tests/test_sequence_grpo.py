@@ -215,7 +215,7 @@ def test_reinforce_mlp_kind_is_the_unchanged_mlp_path():
   assert len(default) > 1000
 
 
-@pytest.mark.parametrize("name", ["grpo_hindsight", "search_then_train"])
+@pytest.mark.parametrize("name", ["grpo_relabel", "search_then_train"])
 def test_recipes_built_on_grpo_fields_refuse_sequence_networks(name):
   c = algos.RECIPES[name].default_config()
   assert c.network.kind == "mlp"

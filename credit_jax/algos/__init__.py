@@ -70,19 +70,29 @@ a "small" variant; tests/test_contract.py then checks it (it needs a tiny varian
 """
 from __future__ import annotations
 
-from credit_jax.algos import (train as train_lib, dqn, grpo, grpo_hindsight, hierarchy,
+import sys
+
+from credit_jax.algos import (train as train_lib, dqn, grpo, grpo_relabel, hierarchy,
                               ppo, reinforce, search_then_train, token_agent)
 from credit_jax.algos.train import ConfigError, Train, TrainState
 
 RECIPES = {"ppo": ppo, "grpo": grpo, "reinforce": reinforce, "dqn": dqn,
-           "grpo_hindsight": grpo_hindsight, "search_then_train": search_then_train,
+           "grpo_relabel": grpo_relabel, "search_then_train": search_then_train,
            "hierarchy": hierarchy, "token_agent": token_agent}
+# Old recipe names that still work: `config.algo` is set to the new one, after one line
+# on stderr naming it ("hindsight" now names HCA's learned credit only).
+ALIASES = {"grpo_hindsight": "grpo_relabel"}
 
-__all__ = ["RECIPES", "ConfigError", "Train", "TrainState", "make_train",
+__all__ = ["ALIASES", "RECIPES", "ConfigError", "Train", "TrainState", "make_train",
            "validate_config"]
 
 
 def _recipe(config):
+  old = config.get("algo")
+  if old in ALIASES:
+    print(f"note: recipe {old!r} is now {ALIASES[old]!r}", file=sys.stderr)
+    with config.unlocked():
+      config.algo = ALIASES[old]
   train_lib.require(config.get("algo") in RECIPES, "algo",
                  f"unknown recipe {config.get('algo')!r}; known: {sorted(RECIPES)}")
   return RECIPES[config.algo]

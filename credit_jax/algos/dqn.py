@@ -1,7 +1,7 @@
 """DQN, with hindsight experience replay (HER) on goal environments.
 
 One update is one HER "cycle": collect `num_envs` whole episodes with an epsilon-greedy
-policy, relabel them with `hindsight.relabel` (strategy `her_strategy`, `her_k` goals
+policy, relabel them with `relabel.relabel` (strategy `her_strategy`, `her_k` goals
 per step, HER's `future` by default), write every example that exists and has a weight
 into the replay buffer, take `grad_steps` gradient steps on uniformly sampled batches,
 and move the target network towards the online one (Polyak, `target_tau`).
@@ -18,7 +18,7 @@ return of the collected episodes.
 Without relabeling: on an environment that is not a goal environment (no
 `goal_reward`) `config.relabel_weight` must be 0 and the recipe is plain double DQN:
 every valid step of the collected episodes is written with weight 1 and nothing is
-relabeled (no `DesiredGoalWrapper`, no `hindsight.relabel`).
+relabeled (no `DesiredGoalWrapper`, no `relabel.relabel`).
 
 Curriculum (`config.curriculum`, the hook of `credit_jax/addons/curriculum.py`): the
 env params of each cycle's collected and greedy episodes are the curriculum's; its
@@ -30,7 +30,7 @@ uses, `credit_jax/experiments/bsuite/runner.py`). DQN has no advantages: the hoo
 Targets are double-DQN: `r + gamma * (1 - terminated) * Q_target(s', argmax_a Q(s', a))`,
 where `s'` is the observation after the step before any auto-reset, so a truncated
 step bootstraps and a terminated one does not (relabeled ends come from the verifier,
-see `credit_jax/hindsight.py`). `config.reward_offset` is added to every stored reward:
+see `credit_jax/relabel.py`). `config.reward_offset` is added to every stored reward:
 0 keeps the goal envs' 1-on-success/0-else, -1 gives the HER paper's 0/-1 convention
 (every step that misses the goal costs 1, so an untrained Q near 0 is optimistic);
 `config.clip_target` clips targets to the range of returns the rewards allow
@@ -54,7 +54,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from credit_jax import envs, episodes, hindsight, replay, rollout
+from credit_jax import envs, episodes, relabel, replay, rollout
 from credit_jax.addons import features as features_lib, hooks as hooks_lib
 from credit_jax.algos import train as train_lib
 
@@ -66,7 +66,7 @@ RECIPE = hooks_lib.Recipe("dqn", HOOKS, rollout=hooks_lib.EPISODES)
 
 
 def add_relabel_fields(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Adds the warm-start fields both hindsight recipes share (DQN here, GRPO) to `c`."""
+  """Adds the warm-start fields both relabeling recipes share (DQN here, GRPO) to `c`."""
   c.relabel_weight = 1.0          # weight of relabeled examples, 0: none (a traced hparam)
   c.relabel_threshold = 1.01      # real success rate at which relabeling switches off (traced)
   c.relabel_ramp = 0.0            # success range below the threshold over which it fades (traced)
@@ -114,8 +114,8 @@ def validate_fields(config) -> None:
   for f in ("num_envs", "horizon", "num_updates", "buffer_size", "batch_size",
             "grad_steps", "eval_envs", "her_k"):
     req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
-  req(config.her_strategy in hindsight.STRATEGIES, "her_strategy",
-      f"must be one of {hindsight.STRATEGIES}, got {config.her_strategy!r}")
+  req(config.her_strategy in relabel.STRATEGIES, "her_strategy",
+      f"must be one of {relabel.STRATEGIES}, got {config.her_strategy!r}")
   req(config.buffer_size >= config.batch_size, "buffer_size",
       f"{config.buffer_size} is smaller than batch_size={config.batch_size}")
   req(0.0 <= config.gamma <= 1.0, "gamma", f"must lie in [0, 1], got {config.gamma}")
@@ -147,7 +147,7 @@ def is_goal_env(config) -> bool:
 
 
 def validate_relabel_fields(config, allow_plain: bool = False) -> None:
-  """Checks the relabeling fields both hindsight recipes share (DQN here, GRPO).
+  """Checks the relabeling fields both relabeling recipes share (DQN here, GRPO).
 
   `allow_plain`: a non-goal environment is accepted when `relabel_weight` is 0 (DQN
   without relabeling)."""
@@ -271,7 +271,7 @@ def make_train(config, features=()) -> train_lib.Train:
   def transitions(traj, key, weight):
     """Flattened examples `{name: [N, ...]}` and the mask of those that exist."""
     if goal_env:
-      out = hindsight.relabel(env, traj, key, strategy=strategy, num_goals=her_k,
+      out = relabel.relabel(env, traj, key, strategy=strategy, num_goals=her_k,
                               relabel_weight=weight)
       traj, weights, relabeled = out.traj, out.weights, out.relabeled
     else:   # plain DQN: every valid step, weight 1, nothing relabeled
@@ -297,7 +297,7 @@ def make_train(config, features=()) -> train_lib.Train:
                                     horizon)
     train_success = jnp.mean(episode_success(traj))
     ema = ema_decay * state.aux["success_ema"] + (1.0 - ema_decay) * train_success
-    weight = hindsight.relabel_schedule(ema, hp["relabel_weight"],
+    weight = relabel.relabel_schedule(ema, hp["relabel_weight"],
                                         hp["relabel_threshold"], hp["relabel_ramp"])
     items, written, relabeled_frac = transitions(traj, k_rel, weight)
     buffer = replay.add(state.aux["buffer"], items, written)

@@ -101,7 +101,7 @@ def validate_fields(config) -> None:
   req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
   for f in ("ent_coef", "kl_coef"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
-  # Recipes built on these fields (grpo_hindsight, search_then_train) run MLPs only.
+  # Recipes built on these fields (grpo_relabel, search_then_train) run MLPs only.
   grpo_sequence.validate_network(config, config.get("algo", "grpo") == "grpo")
 
 

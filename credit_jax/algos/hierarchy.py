@@ -13,7 +13,7 @@ limit in the hundreds):
     part replaced) and picks the moves; its reward is reaching the subgoal within the
     segment (its episode ends there), and with `worker_relabel` a segment that failed is
     also used, weighted `relabel_weight`, as a success at the cell it ended on
-    (hindsight relabeling, credit_jax/hindsight.py's "final" strategy at the segment
+    (hindsight relabeling, credit_jax/relabel.py's "final" strategy at the segment
     level; the log-probabilities are recomputed under the relabeled goal).
 
 Credit at the manager's time scale (`segment_returns`, `segment_advantages`): segment j's

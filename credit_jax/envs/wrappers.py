@@ -18,8 +18,8 @@ inside a window of `W >= cue_delay + 1` observations. The wrapper implements gym
 `info` entries pass through.
 
 DesiredGoalWrapper: a goal environment (`credit_jax/envs/goal.py`) whose `step` also
-reports the episode's goal and what was achieved before the step, which hindsight
-relabeling (`credit_jax/hindsight.py`) needs.
+reports the episode's goal and what was achieved before the step, which relabeling
+(`credit_jax/relabel.py`) needs.
 """
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ class DesiredGoalWrapper(Wrapper):
   Adds `info["desired_goal"]` ([*goal_shape] int32), the goal of the episode the step
   belongs to, and `info["prev_achieved_goal"]`, what was achieved before the step (both
   read from the state before the step, so an auto-reset does not shift them).
-  `hindsight.relabel` needs the first to name the goal each example was relabeled from
+  `relabel.relabel` needs the first to name the goal each example was relabeled from
   and the second to tell what an episode had achieved before acting. Everything else
   (reset, attributes such as `goal_reward` and `obs_with_goal`) is the wrapped env's.
   """

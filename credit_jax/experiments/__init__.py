@@ -27,7 +27,7 @@ import importlib
 # none of them: `from credit_jax.experiments import prm` loads the one it names.
 __all__ = [
     "EXPERIMENTS", "bsuite", "cli", "critique", "curriculum", "grpo_degradation",
-    "hindsight", "horizon", "learned_credit", "module", "prm", "probes", "report",
+    "horizon", "learned_credit", "module", "prm", "probes", "relabel", "report",
     "step_credit", "token_study", "tree_search", "variance_scaling",
 ]
 
@@ -36,7 +36,7 @@ EXPERIMENTS = {
     "variance_scaling": "credit_jax.experiments.variance_scaling",
     "grpo_degradation": "credit_jax.experiments.grpo_degradation",
     "tree_search": "credit_jax.experiments.tree_search",
-    "hindsight": "credit_jax.experiments.hindsight",
+    "relabel": "credit_jax.experiments.relabel",
     "critique": "credit_jax.experiments.critique",
     "prm": "credit_jax.experiments.prm",
     "curriculum": "credit_jax.experiments.curriculum",

@@ -35,7 +35,7 @@ it is built here from the config when the `Train` does not carry it: the same ne
 does or (greedy) taking the most probable action, its memory carried by the rollout
 engine. Every built-in recipe is covered: the MLP / tabular / linear policies of PPO
 (its own value head or a critic of its own, `algos/ppo_critics.py`), GRPO, REINFORCE,
-search_then_train, grpo_hindsight (on its env's own goals) and hierarchy (manager and
+search_then_train, grpo_relabel (on its env's own goals) and hierarchy (manager and
 worker; greedy: both take their most probable choice); token_agent's LM on the run's own
 task split; DQN, whose greedy policy is argmax Q and whose sampled one is epsilon-greedy
 at `config.epsilon` (constant over a run, so its final epsilon) on the env's own goals.

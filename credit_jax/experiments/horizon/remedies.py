@@ -5,7 +5,7 @@
 Three parts, each a set of arms trained side by side at every horizon T of the part, seeds
 vmapped; every arm is compared with plain GRPO at equal env steps and at equal updates.
 
-  relabel     GRPO + hindsight relabeling (credit_jax/algos/grpo_hindsight.py) against
+  relabel     GRPO + hindsight relabeling (credit_jax/algos/grpo_relabel.py) against
               plain GRPO (the same recipe with relabel weight 0: both modes are traced
               hparams of ONE compiled program) on GoalGrid-v0 grown with T: a
               `T // cells_per_step` square grid, every cell a goal, T steps (the env's own
@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from credit_jax.algos import ConfigError, grpo_hindsight, make_train, search_then_train
+from credit_jax.algos import ConfigError, grpo_relabel, make_train, search_then_train
 from credit_jax.algos import validate_config as validate_recipe
 from credit_jax.experiments import curriculum as curriculum_exp
 from credit_jax.experiments import horizon, report
@@ -80,11 +80,11 @@ def default_config() -> ml_collections.ConfigDict:
   c.relabel = ml_collections.ConfigDict()
   c.relabel.horizons = (100, 300)  # episode lengths T (grid side T // cells_per_step)
   c.relabel.cells_per_step = 3  # T / grid side (3: GoalGrid's own limit, 3 * side)
-  c.relabel.modes = ("none", "plain")  # grpo_hindsight modes: none = plain GRPO
-  c.relabel.strategy = "final"  # relabeled goal: final | episode (credit_jax/hindsight.py)
+  c.relabel.modes = ("none", "plain")  # grpo_relabel modes: none = plain GRPO
+  c.relabel.strategy = "final"  # relabeled goal: final | episode (credit_jax/relabel.py)
   c.relabel.num_tasks = 8       # tasks per update
   c.relabel.group_size = 8      # rollouts per task (K)
-  c.relabel.lr = 3e-3           # learning rate (the hindsight experiment's sweep, GoalGrid)
+  c.relabel.lr = 3e-3           # learning rate (the relabeling experiment's sweep, GoalGrid)
   c.relabel.hidden_sizes = (64, 64)  # MLP widths
   c.relabel.num_updates = 50    # updates per arm (at most)
 
@@ -130,9 +130,9 @@ def equal_budget_group(s) -> int:
 
 
 def relabel_config(config, horizon_t: int, updates: int) -> ml_collections.ConfigDict:
-  """grpo_hindsight on GoalGrid-v0 grown with T (coordinate observations)."""
+  """grpo_relabel on GoalGrid-v0 grown with T (coordinate observations)."""
   r = config.relabel
-  c = grpo_hindsight.default_config()
+  c = grpo_relabel.default_config()
   side = max(2, int(horizon_t) // int(r.cells_per_step))
   c.env_kwargs = ml_collections.ConfigDict(
       {"size": side, "targets": "all", "observation": "coords",
@@ -197,8 +197,8 @@ def validate_config(config) -> None:
   if int(cur.num_updates) < int(cur.eval_every):
     raise ConfigError("config.curriculum.num_updates: must be >= eval_every")
   for m in config.relabel.modes:
-    if m not in grpo_hindsight.MODES:
-      raise ConfigError(f"config.relabel.modes: {m!r} not in {grpo_hindsight.MODES}")
+    if m not in grpo_relabel.MODES:
+      raise ConfigError(f"config.relabel.modes: {m!r} not in {grpo_relabel.MODES}")
   for t in config.relabel.horizons:   # every recipe config must validate before anything runs
     _check(relabel_config(config, int(t), 1), f"config.relabel.horizons: T={t}")
   for t in config.search.horizons:
@@ -266,7 +266,7 @@ def _arm_curve(success, env_steps_per_update, smooth: int) -> dict:
 def run_relabel(config, t: int, log) -> dict:
   cfg = relabel_config(config, t, int(config.relabel.num_updates))
   modes = tuple(config.relabel.modes)
-  rows = [grpo_hindsight.mode_hparams(m) for m in modes]
+  rows = [grpo_relabel.mode_hparams(m) for m in modes]
   out = train_program(cfg, rows, config, ("success", "episode_length", "relabeled_frac"),
                       log, f"relabel T={t} (GoalGrid {cfg.env_kwargs.size}x"
                       f"{cfg.env_kwargs.size}) {'/'.join(modes)}")

@@ -1,9 +1,9 @@
 """Hindsight relabeling on and off: what it buys in sample efficiency.
 
-  python3 scripts/hindsight.py --config=configs/hindsight.py --workdir=/tmp/her
-  python3 scripts/hindsight.py --config=configs/hindsight.py --workdir=/tmp/her \
+  python3 scripts/relabel.py --config=configs/relabel.py --workdir=/tmp/her
+  python3 scripts/relabel.py --config=configs/relabel.py --workdir=/tmp/her \
       --config.parts=b
-  summary = hindsight.run(hindsight.default_config(), workdir)
+  summary = relabel.run(relabel.default_config(), workdir)
 
 (a) BitFlip, DQN with and without HER (`future`, k = 4): final greedy success against
     the number of bits n. Both arms and all seeds of one n run in one compiled call
@@ -43,9 +43,9 @@ import ml_collections
 import numpy as np
 
 from credit_jax import algos
-from credit_jax.algos import ConfigError, dqn, grpo_hindsight
+from credit_jax.algos import ConfigError, dqn, grpo_relabel
 from credit_jax.experiments import report
-from credit_jax.experiments.hindsight.report import (EARLIER_SETTINGS, grpo_markdown,
+from credit_jax.experiments.relabel.report import (EARLIER_SETTINGS, grpo_markdown,
                                                      plot_grpo, summary_markdown)
 
 __all__ = [
@@ -94,9 +94,9 @@ def grpo_config(env_name="GoalGrid-v0", relabel="plain"):
   and number of updates.
 
   Part (b)'s recipe config per environment; GoalGrid alone, for scripts/train.py:
-  configs/grpo_hindsight_goalgrid.py.
+  configs/grpo_relabel_goalgrid.py.
   """
-  c = grpo_hindsight.default_config()
+  c = grpo_relabel.default_config()
   c.env_name = env_name           # a goal environment
   c.env_kwargs = ml_collections.ConfigDict(dict(GRPO_ENVS[env_name]["env_kwargs"]))
   c.relabel = relabel             # none | plain | iw (importance-weighted)
@@ -158,9 +158,9 @@ def validate_config(config) -> None:
                       f"{config.sweep_update_fraction}")
   if min(config.bitflip_bits) < 1:
     raise ConfigError(f"config.bitflip_bits must all be >= 1, got {config.bitflip_bits}")
-  bad = [m for m in config.modes if m not in grpo_hindsight.MODES]
+  bad = [m for m in config.modes if m not in grpo_relabel.MODES]
   if bad or not config.modes:
-    raise ConfigError(f"config.modes must be a non-empty subset of {grpo_hindsight.MODES}, "
+    raise ConfigError(f"config.modes must be a non-empty subset of {grpo_relabel.MODES}, "
                       f"got {tuple(config.modes)}")
   for name, recipe in [("dqn", config.dqn)] + [(f"grpo.{k}", v) for k, v in
                                                config.grpo.items()]:
@@ -284,7 +284,7 @@ def sweep_lr(cfg, c, modes, log) -> Tuple[Dict[str, float], dict]:
   s = c.copy_and_resolve_references()
   s.num_updates = max(int(cfg.smooth), int(round(cfg.sweep_update_fraction * c.num_updates)))
   s.seed = int(c.seed) + SWEEP_SEED_OFFSET
-  arms = [{**grpo_hindsight.mode_hparams(m, float(c.relabel_weight)), "lr": lr}
+  arms = [{**grpo_relabel.mode_hparams(m, float(c.relabel_weight)), "lr": lr}
           for m in modes for lr in grid]
   metrics, compile_s, run_s = run_arms(s, arms, int(cfg.sweep_seeds))
   auc = metrics["success"].mean(axis=(1, 2)).reshape(len(modes), len(grid))
@@ -341,7 +341,7 @@ def part_b(cfg, workdir: str, log) -> dict:
   results = {}
   for name, c in cfg.grpo.items():
     lrs, sweep = sweep_lr(cfg, c, modes, log)
-    arms = [{**grpo_hindsight.mode_hparams(m, float(c.relabel_weight)), "lr": lrs[m]}
+    arms = [{**grpo_relabel.mode_hparams(m, float(c.relabel_weight)), "lr": lrs[m]}
             for m in modes]
     metrics, compile_s, run_s = run_arms(c, arms, int(cfg.seeds))
     per_update = c.num_tasks * c.group_size * c.horizon

@@ -6,8 +6,8 @@ so the on-policy recipes and the off-policy learner share it:
 
   env = envs.DesiredGoalWrapper(env)                 # adds info["desired_goal"]
   traj = rollout.collect_episodes(env, ...)          # [T, B]
-  out = hindsight.relabel(env, traj, key, strategy="future", num_goals=4,
-                          relabel_weight=hindsight.relabel_schedule(success, 1.0, 0.5))
+  out = relabel.relabel(env, traj, key, strategy="future", num_goals=4,
+                          relabel_weight=relabel.relabel_schedule(success, 1.0, 0.5))
   out.traj                                           # [T, B, 1 + num_goals]; copy 0 = original
 
 Strategies (where the new goals come from; `num_goals` = k draws each):

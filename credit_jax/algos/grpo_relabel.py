@@ -4,7 +4,7 @@ they achieved.
 One update runs GRPO's group rollout (`num_tasks` start states x `group_size` episodes)
 in a goal environment and computes the usual group advantages from the real returns.
 With `relabel` on, every episode that FAILED its goal also yields `relabel_goals`
-relabeled episodes (`credit_jax.hindsight.relabel`, strategy `relabel_strategy`:
+relabeled episodes (`credit_jax.relabel.relabel`, strategy `relabel_strategy`:
 "final" = the goal achieved at its end, "episode" = one achieved anywhere in it). A
 relabeled episode ends at its first success under the new goal, its reward comes from
 the environment's verifier, and it is **re-evaluated under the new goal**: the goal part
@@ -21,7 +21,7 @@ rare, off above the threshold). Modes (`config.relabel`):
            (biased: the actions were chosen for the original goal);
   "iw":    its weight is also multiplied by the clipped importance ratio
            `min(rho_clip, prod_t pi(a_t|s_t,g') / pi(a_t|s_t,g))` of the behaviour policy
-           under the new and the original goal (`hindsight.goal_importance_weights`),
+           under the new and the original goal (`relabel.goal_importance_weights`),
            the hindsight policy gradient correction; the log-ratio, the mean weight and
            the fraction clipped are logged so the two modes can be compared;
   "none":  plain GRPO (the control arm).
@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from credit_jax import baselines, envs
-from credit_jax import envs, hindsight, nets, rollout
+from credit_jax import envs, nets, relabel, rollout
 from credit_jax.algos import dqn, group_update, grpo, losses, train as train_lib
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "relabel_weight",
@@ -66,10 +66,10 @@ def default_config() -> ml_collections.ConfigDict:
   """GRPO + relabeling ("plain", goals from each failure's final state) on GoalGrid-v0.
 
   A 9x9 open grid whose goal is any cell, 18 steps (random success 13%); why this task
-  and what each mode measured there: configs/hindsight.py.
+  and what each mode measured there: configs/relabel.py.
   """
   c = dqn.add_relabel_fields(grpo.default_config())
-  c.algo = "grpo_hindsight"       # this recipe
+  c.algo = "grpo_relabel"       # this recipe
   c.env_name = "GoalGrid-v0"      # a goal environment
   c.env_kwargs = ml_collections.ConfigDict()  # overrides passed to envs.make
   c.env_kwargs.size = 9           # grid side
@@ -99,21 +99,21 @@ def validate_fields(config) -> None:
   req(int(config.relabel_goals) >= 1, "relabel_goals",
       f"must be >= 1, got {config.relabel_goals}")
   req(config.loss_aggregation == "token_mean", "loss_aggregation",
-      f"the hindsight recipe uses a weighted token mean, got {config.loss_aggregation!r}")
+      f"the relabeling recipe uses a weighted token mean, got {config.loss_aggregation!r}")
   req(not config.use_reference_kl, "use_reference_kl",
-      "no reference-KL term in the hindsight recipe")
+      "no reference-KL term in the relabeling recipe")
   req(config.rho_clip > 0.0, "rho_clip", f"must be > 0, got {config.rho_clip}")
   dqn.validate_relabel_fields(config)
 
 
 def validate_config(config, features=()) -> None:
   """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "grpo_hindsight", validate_fields, passed=tuple(features),
+  train_lib.validate(config, "grpo_relabel", validate_fields, passed=tuple(features),
                      whole_episodes=True)
 
 
 def make_train(config, features=()) -> train_lib.Train:
-  """`Train` for GRPO(+hindsight) on goal environment `config.env_name`."""
+  """`Train` for GRPO(+relabeling) on goal environment `config.env_name`."""
   validate_config(config, features)   # it takes no features: any turned on is refused
   env, env_params = train_lib.make_env(config)
   env = envs.DesiredGoalWrapper(env)
@@ -146,7 +146,7 @@ def make_train(config, features=()) -> train_lib.Train:
   def relabeled_examples(state, traj, returns, key, weight, hp):
     """Relabeled episodes [T, N, K, m] of the failed members: obs, actions, log-probs
     under the new goal, advantages and weights, plus their metrics."""
-    out = hindsight.relabel(env, traj, key, strategy=strategy, num_goals=num_goals)
+    out = relabel.relabel(env, traj, key, strategy=strategy, num_goals=num_goals)
     rel = jax.tree.map(lambda x: x[:, :, :, 1:], out.traj)              # [T, N, K, m]
     valid = jnp.logical_and(rel.valid, (returns <= 0)[None, :, :, None])
     # Re-evaluation: the behaviour policy (these params collected traj) under g'.
@@ -154,7 +154,7 @@ def make_train(config, features=()) -> train_lib.Train:
     ret_new = jnp.sum(jnp.where(valid, rel.rewards, 0.0), axis=0)       # [N, K, m]
     # Baseline: the task's real success rate in this group.
     adv = ret_new - jnp.mean(returns, axis=1)[:, None, None]
-    iw, log_rho = hindsight.goal_importance_weights(
+    iw, log_rho = relabel.goal_importance_weights(
         log_probs_new, rel.log_probs, valid, rel.dones, hp["rho_clip"])
     example_w = weight * jnp.where(hp["importance_weighted"] > 0, iw,
                                    valid.astype(jnp.float32))
@@ -185,7 +185,7 @@ def make_train(config, features=()) -> train_lib.Train:
             "log_probs": traj.log_probs[..., None],
             "advantages": jnp.broadcast_to(adv[None], valid.shape)[..., None],
             "weights": valid.astype(jnp.float32)[..., None]}
-    weight = hindsight.relabel_schedule(ema, hp["relabel_weight"],
+    weight = relabel.relabel_schedule(ema, hp["relabel_weight"],
                                         hp["relabel_threshold"], hp["relabel_ramp"])
     rel_data, rel_metrics = relabeled_examples(state, traj, returns, k_rel, weight, hp)
     data = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=3), data, rel_data)

@@ -1,4 +1,4 @@
-"""Figures and summary.md of the hindsight study (credit_jax/experiments/hindsight/study.py).
+"""Figures and summary.md of the relabeling study (credit_jax/experiments/relabel/study.py).
 
   grpo_<env>.png   part (b): success against env steps per relabeling mode (seed mean,
                    95% t-interval) with the median steps to the level and its bootstrap

@@ -1,10 +1,10 @@
-"""Tests for credit_jax.experiments.hindsight: steps-to-level against a plain loop, config
+"""Tests for credit_jax.experiments.relabel: steps-to-level against a plain loop, config
 checks, and part (b) run in-process on a tiny GoalGrid (all modes in one compile)."""
 import numpy as np
 import pytest
 
 from credit_jax.algos import ConfigError
-from credit_jax.experiments import hindsight, report
+from credit_jax.experiments import relabel, report
 
 from test_experiments import check_png, load_config
 
@@ -24,10 +24,10 @@ def _steps_to_level_loop(success, per_update, level, smooth):
     ([0.1, 0.2, 0.3], 0.5, 2),          # never reached
 ])
 def test_steps_to_level_matches_a_plain_loop(success, level, smooth):
-  got = hindsight.steps_to_level(np.array(success), 100, level, smooth)
+  got = relabel.steps_to_level(np.array(success), 100, level, smooth)
   assert got == _steps_to_level_loop(success, 100, level, smooth)
   # Trailing means of 2: 0.1, 0.4, 0.7: first at or above 0.5 after update 4.
-  assert hindsight.steps_to_level(np.array([0.0, 0.2, 0.6, 0.8]), 10, 0.5, 2) == 40
+  assert relabel.steps_to_level(np.array([0.0, 0.2, 0.6, 0.8]), 10, 0.5, 2) == 40
 
 
 @pytest.mark.parametrize("field,value,match", [
@@ -37,17 +37,17 @@ def test_steps_to_level_matches_a_plain_loop(success, level, smooth):
     ("dqn.epsilon", 1.5, "config.dqn.epsilon"),
 ])
 def test_config_errors_name_the_field(field, value, match):
-  config = load_config("hindsight", "small")
+  config = load_config("relabel", "small")
   if field == "dqn.epsilon":
     config.dqn.epsilon = value
   else:
     config[field] = value
   with pytest.raises(ConfigError, match=match):
-    hindsight.validate_config(config)
+    relabel.validate_config(config)
 
 
 def test_part_b_on_a_tiny_goal_grid(tmp_path):
-  config = load_config("hindsight", "small")
+  config = load_config("relabel", "small")
   config.parts, config.seeds = "b", 2
   grid = config.grpo.goalgrid
   grid.env_kwargs.size, grid.env_kwargs.max_steps_in_episode, grid.horizon = 3, 4, 4
@@ -55,7 +55,7 @@ def test_part_b_on_a_tiny_goal_grid(tmp_path):
   grid.update_epochs, grid.network.hidden_sizes = 1, (8,)
   del config.grpo["textedit"]
   lines = []
-  summary = hindsight.run(config, str(tmp_path), log=lines.append)
+  summary = relabel.run(config, str(tmp_path), log=lines.append)
   assert "bitflip" not in summary and set(summary["grpo"]) == {"goalgrid"}
   entry = summary["grpo"]["goalgrid"]
   assert entry["env_steps_per_update"] == 2 * 2 * 4

@@ -1,4 +1,4 @@
-"""Tests for credit_jax.hindsight (relabeling, schedule, importance weights) and the GRPO
+"""Tests for credit_jax.relabel (relabeling, schedule, importance weights) and the GRPO
 relabeling recipe: hand-computed goldens, verifier-only rewards, originals kept, jit/vmap."""
 
 import jax
@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax import algos, envs, hindsight, rollout
-from credit_jax.algos import grpo_hindsight
+from credit_jax import algos, envs, relabel, rollout
+from credit_jax.algos import grpo_relabel
 from credit_jax.types import Trajectory
 from config_files import load_config_module
 
@@ -37,7 +37,7 @@ def _bitflip_failure():
 
 def test_final_relabels_a_failure_on_a_into_a_success_on_b():
   env, traj = _bitflip_failure()
-  out = hindsight.relabel(env, traj, jax.random.PRNGKey(0), strategy="final",
+  out = relabel.relabel(env, traj, jax.random.PRNGKey(0), strategy="final",
                           relabel_weight=0.5)
   rel = jax.tree.map(lambda x: x[:, 0, 1], out.traj)
   np.testing.assert_array_equal(out.goals[:, 0, 1], [[0, 1]] * 3)      # B
@@ -58,7 +58,7 @@ def test_final_relabels_a_failure_on_a_into_a_success_on_b():
 
 def test_episode_strategy_skips_goals_achieved_before_acting_and_cuts_at_success():
   env, traj = _bitflip_failure()
-  out = hindsight.relabel(env, traj, jax.random.PRNGKey(3), strategy="episode",
+  out = relabel.relabel(env, traj, jax.random.PRNGKey(3), strategy="episode",
                           num_goals=64)
   sources = np.asarray(out.source_step[0, 0, 1:])
   assert set(sources.tolist()) == {0, 2}          # step 1 re-achieved the start 00
@@ -71,7 +71,7 @@ def test_episode_strategy_skips_goals_achieved_before_acting_and_cuts_at_success
 
 def test_future_strategy_draws_from_the_rest_of_the_episode():
   env, traj = _bitflip_failure()
-  out = hindsight.relabel(env, traj, jax.random.PRNGKey(4), strategy="future", num_goals=64)
+  out = relabel.relabel(env, traj, jax.random.PRNGKey(4), strategy="future", num_goals=64)
   source = np.asarray(out.source_step[:, 0, 1:])
   assert set(source[0].tolist()) == {0, 2} and set(source[1].tolist()) == {2}
   assert set(source[2].tolist()) == {2}
@@ -89,7 +89,7 @@ def test_nothing_verifiable_achieved_yields_no_relabeled_example():
                                   int(params.max_steps_in_episode))
   assert not np.any(traj.info["goal_checked"]) and np.all(traj.truncated[-1])
   relabel_all = jax.jit(lambda t, k: [
-      hindsight.relabel(env, t, k, strategy=s, num_goals=2) for s in hindsight.STRATEGIES])
+      relabel.relabel(env, t, k, strategy=s, num_goals=2) for s in relabel.STRATEGIES])
   for out in relabel_all(traj, jax.random.PRNGKey(1)):
     assert not np.any(out.relabeled) and not np.any(out.traj.valid[..., 1:])
     assert not np.any(out.weights[..., 1:]) and np.all(out.source_step == -1)
@@ -107,10 +107,10 @@ def random_bitflip():
   return env, traj
 
 
-@pytest.mark.parametrize("strategy", hindsight.STRATEGIES)
+@pytest.mark.parametrize("strategy", relabel.STRATEGIES)
 def test_original_kept_and_rewards_come_from_the_verifier(random_bitflip, strategy):
   env, traj = random_bitflip
-  out = jax.jit(lambda t, k: hindsight.relabel(env, t, k, strategy=strategy, num_goals=3,
+  out = jax.jit(lambda t, k: relabel.relabel(env, t, k, strategy=strategy, num_goals=3,
                                                relabel_weight=0.25))(traj, jax.random.PRNGKey(2))
   jax.tree.map(lambda o, x: np.testing.assert_array_equal(o[:, :, 0], x), out.traj, traj)
   np.testing.assert_array_equal(out.weights[..., 0], traj.valid)
@@ -120,7 +120,7 @@ def test_original_kept_and_rewards_come_from_the_verifier(random_bitflip, strate
   np.testing.assert_array_equal(rel.rewards, np.where(rel.valid, verdict, 0.0))
   np.testing.assert_allclose(out.weights[..., 1:], 0.25 * rel.valid)
   # A relabeled goal was achieved (verified) at its source step, in the same episode.
-  start, end = map(np.asarray, hindsight.episode_bounds(traj.dones))
+  start, end = map(np.asarray, relabel.episode_bounds(traj.dones))
   t, b, j = np.nonzero(rel.valid)
   src = np.asarray(out.source_step[..., 1:])[t, b, j]
   assert np.all((src >= np.asarray(start)[t, b]) & (src <= np.asarray(end)[t, b]))
@@ -140,7 +140,7 @@ def test_relabel_vmaps_over_a_leading_batch_axis(random_bitflip):
   env, traj = random_bitflip
   stacked = jax.tree.map(lambda x: jnp.stack([x, x[:, ::-1]]), traj)
   keys = jax.random.split(jax.random.PRNGKey(5), 2)
-  fn = jax.jit(lambda t, k: hindsight.relabel(env, t, k, strategy="future", num_goals=2))
+  fn = jax.jit(lambda t, k: relabel.relabel(env, t, k, strategy="future", num_goals=2))
   batched = jax.jit(jax.vmap(fn))(stacked, keys)
   for i in range(2):
     single = fn(jax.tree.map(lambda x: x[i], stacked), keys[i])
@@ -149,10 +149,10 @@ def test_relabel_vmaps_over_a_leading_batch_axis(random_bitflip):
 
 def test_schedule_turns_relabeling_down_then_off_above_the_threshold():
   s = jnp.array([0.0, 0.3, 0.45, 0.5, 0.55, 0.6, 0.9])
-  np.testing.assert_allclose(hindsight.relabel_schedule(s, 2.0, 0.6, 0.2),
+  np.testing.assert_allclose(relabel.relabel_schedule(s, 2.0, 0.6, 0.2),
                              [2.0, 2.0, 1.5, 1.0, 0.5, 0.0, 0.0], atol=1e-6)
-  np.testing.assert_allclose(hindsight.relabel_schedule(s, 1.0, 0.5), [1, 1, 1, 0, 0, 0, 0])
-  hard = jax.jit(jax.vmap(hindsight.relabel_schedule, in_axes=(None, None, 0)))(
+  np.testing.assert_allclose(relabel.relabel_schedule(s, 1.0, 0.5), [1, 1, 1, 0, 0, 0, 0])
+  hard = jax.jit(jax.vmap(relabel.relabel_schedule, in_axes=(None, None, 0)))(
       jnp.float32(0.5), 1.0, jnp.array([0.4, 0.6]))
   np.testing.assert_allclose(hard, [0.0, 1.0])
 
@@ -162,33 +162,33 @@ def test_importance_weights_are_per_episode_clipped_ratios():
   lp_old = jnp.log(jnp.array([0.25, 0.5, 0.3, 0.2, 0.3]))
   dones = jnp.array([False, True, False, False, True])
   valid = jnp.array([True, True, True, True, False])
-  w, log_rho = hindsight.goal_importance_weights(lp_new, lp_old, valid, dones, 1.2)
+  w, log_rho = relabel.goal_importance_weights(lp_new, lp_old, valid, dones, 1.2)
   np.testing.assert_allclose(log_rho, np.log([2.0, 2.0, 1.5, 1.5, 1.0]) * [1, 1, 1, 1, 0],
                              rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(w, [1.2, 1.2, 1.2, 1.2, 0.0], rtol=1e-6)
-  w2, _ = hindsight.goal_importance_weights(lp_old, lp_new, valid, dones, 5.0)
+  w2, _ = relabel.goal_importance_weights(lp_old, lp_new, valid, dones, 5.0)
   np.testing.assert_allclose(w2, [0.5, 0.5, 2 / 3, 2 / 3, 0.0], rtol=1e-5)
 
 
 def test_bad_inputs_are_named():
   env, traj = _bitflip_failure()
   with pytest.raises(ValueError, match="strategy"):
-    hindsight.relabel(env, traj, jax.random.PRNGKey(0), strategy="her")
+    relabel.relabel(env, traj, jax.random.PRNGKey(0), strategy="her")
   with pytest.raises(ValueError, match="num_goals"):
-    hindsight.relabel(env, traj, jax.random.PRNGKey(0), strategy="final", num_goals=0)
+    relabel.relabel(env, traj, jax.random.PRNGKey(0), strategy="final", num_goals=0)
   bare = traj._replace(info={k: v for k, v in traj.info.items() if k != "desired_goal"})
   with pytest.raises(ValueError, match="DesiredGoalWrapper"):
-    hindsight.relabel(env, bare, jax.random.PRNGKey(0), strategy="final")
+    relabel.relabel(env, bare, jax.random.PRNGKey(0), strategy="final")
   with pytest.raises(ValueError, match="share one shape"):
-    hindsight.goal_importance_weights(jnp.zeros(3), jnp.zeros(4), jnp.ones(3, bool),
+    relabel.goal_importance_weights(jnp.zeros(3), jnp.zeros(4), jnp.ones(3, bool),
                                       jnp.zeros(3, bool), 1.0)
 
 
 # --- GRPO + relabeling ------------------------------------------------------------------
 
 def _load_config(variant):
-  """configs/hindsight.py's experiment config, or its arms' recipe configs ("dqn", "grpo")."""
-  module = load_config_module("hindsight")
+  """configs/relabel.py's experiment config, or its arms' recipe configs ("dqn", "grpo")."""
+  module = load_config_module("relabel")
   if variant in ("dqn", "grpo"):
     return getattr(module, f"{variant}_config")()
   return module.get_config(variant)
@@ -210,7 +210,7 @@ def test_grpo_relabel_modes_run_in_one_compiled_call():
   c.num_tasks, c.group_size, c.num_updates, c.num_minibatches = 2, 2, 2, 1
   c.update_epochs, c.network.hidden_sizes = 1, (8,)
   train = algos.make_train(c)
-  modes = [grpo_hindsight.mode_hparams(m) for m in grpo_hindsight.MODES]
+  modes = [grpo_relabel.mode_hparams(m) for m in grpo_relabel.MODES]
   hp = {k: jnp.array([m.get(k, v) for m in modes], jnp.float32)
         for k, v in train.default_hparams.items()}
   keys = jnp.tile(jax.random.PRNGKey(0)[None], (3, 1))
@@ -221,7 +221,7 @@ def test_grpo_relabel_modes_run_in_one_compiled_call():
   # Same key, same first rollout: the modes differ only in how they learn from it.
   np.testing.assert_array_equal(metrics["success"][:, 0], metrics["success"][0, 0])
   with pytest.raises(ValueError, match="mode"):
-    grpo_hindsight.mode_hparams("both")
+    grpo_relabel.mode_hparams("both")
   c.relabel_strategy = "future"
   with pytest.raises(algos.ConfigError, match="config.relabel_strategy"):
     algos.validate_config(c)
@@ -283,3 +283,32 @@ def test_textedit_upto_draws_one_to_num_edits_edits():
   # Some goals one substitution away (count 1), which "any" with 3 edits rarely poses.
   same_len = growth == 0
   assert np.any(np.sum(start[same_len] != goal[same_len], axis=1) == 1)
+
+
+def test_old_hindsight_names_still_work_and_say_the_new_one(capsys):
+  """Relabeling's old names (issue 45: "hindsight" names HCA's credit only): the config
+  files, the recipe name and `cj.hindsight` give what the new names give, after one line
+  naming the new name; nothing changes silently."""
+  import warnings   # pylint: disable=g-import-not-at-top
+  import credit_jax as cj   # pylint: disable=g-import-not-at-top
+  from config_files import load_config   # pylint: disable=g-import-not-at-top
+  for old, new in (("hindsight", "relabel"),
+                   ("grpo_hindsight_goalgrid", "grpo_relabel_goalgrid")):
+    capsys.readouterr()
+    got = load_config(old, "small")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"note: configs/{old}.py is now configs/{new}.py"], err
+    assert got.to_dict() == load_config(new, "small").to_dict()
+  assert load_config_module("hindsight").grpo_config().to_dict() == \
+      _load_config("grpo").to_dict()
+  c = grpo_relabel.default_config()
+  c.algo = "grpo_hindsight"
+  capsys.readouterr()
+  algos.validate_config(c)
+  assert capsys.readouterr().err.strip().splitlines() == [
+      "note: recipe 'grpo_hindsight' is now 'grpo_relabel'"]
+  assert c.algo == "grpo_relabel" and algos.ALIASES == {"grpo_hindsight": "grpo_relabel"}
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    assert cj.hindsight is relabel
+  assert "credit_jax.hindsight moved to credit_jax.relabel" in str(caught[0].message)

@@ -1,10 +1,10 @@
-"""Exercise 3's protocol (credit_jax/experiments/hindsight/study.py): the bootstrap interval
+"""Exercise 3's protocol (credit_jax/experiments/relabel/study.py): the bootstrap interval
 against a plain NumPy loop, per-mode numbers against hand-made curves, and the
 summary.json structure of a tiny part (b) run with its learning-rate sweep."""
 import numpy as np
 import pytest
 
-from credit_jax.experiments import hindsight, report
+from credit_jax.experiments import relabel, report
 
 from test_experiments import check_png, load_config
 
@@ -24,32 +24,32 @@ def _bootstrap_loop(values, stat, num_samples, confidence, seed):
     [10.0, np.inf, 30.0, 20.0, np.inf, 40.0, 50.0, 60.0],
 ])
 def test_bootstrap_interval_against_a_loop(values):
-  got = hindsight.bootstrap_interval(values, np.median, 500, 0.9, seed=4)
+  got = relabel.bootstrap_interval(values, np.median, 500, 0.9, seed=4)
   ref = _bootstrap_loop(values, np.median, 500, 0.9, 4)
   assert got == tuple(float(x) for x in ref)
   assert got[1] <= got[0] <= got[2] and not np.isnan(got[2])
 
 
 def test_bootstrap_interval_hand_cases():
-  assert hindsight.bootstrap_interval([7.0] * 8) == (7.0, 7.0, 7.0)
+  assert relabel.bootstrap_interval([7.0] * 8) == (7.0, 7.0, 7.0)
   # Every seed infinite: the statistic and both bounds stay infinite, never NaN.
-  assert hindsight.bootstrap_interval([np.inf] * 4) == (np.inf, np.inf, np.inf)
+  assert relabel.bootstrap_interval([np.inf] * 4) == (np.inf, np.inf, np.inf)
   # Paired columns: resampled rows keep their pairing, so a constant ratio stays exact.
   pair = np.stack([np.arange(1.0, 9.0), 2.0 * np.arange(1.0, 9.0)], 1)
-  assert hindsight.bootstrap_interval(pair, hindsight.study._median_ratio) == (0.5, 0.5, 0.5)
+  assert relabel.bootstrap_interval(pair, relabel.study._median_ratio) == (0.5, 0.5, 0.5)
   with pytest.raises(ValueError, match="values"):
-    hindsight.bootstrap_interval(np.zeros((0,)))
+    relabel.bootstrap_interval(np.zeros((0,)))
 
 
 def test_mode_results_on_hand_curves():
-  cfg = load_config("hindsight", "small")
+  cfg = load_config("relabel", "small")
   cfg.smooth, cfg.success_level, cfg.bootstrap_samples = 1, 0.5, 300
   # Seeds reach 0.5 at updates 2, 3 and never; per update 10 env steps.
   success = np.array([[0.0, 0.6, 0.7, 0.8],
                       [0.0, 0.1, 0.5, 0.9],
                       [0.0, 0.0, 0.1, 0.2]])
   base = np.array([40.0, np.inf, np.inf])
-  m = hindsight.mode_results(success, 10, cfg, 3e-3, base)
+  m = relabel.mode_results(success, 10, cfg, 3e-3, base)
   assert m["steps_to_level_per_seed"] == [20, 30, None] and m["seeds_reached"] == 2
   assert m["steps_to_level"] == 30.0 and m["lr"] == 3e-3 and m["seeds"] == 3
   lo, hi = m["steps_to_level_interval"]
@@ -65,11 +65,11 @@ def test_mode_results_on_hand_curves():
   mean, half = report.t_interval(success[:, -1])
   np.testing.assert_allclose(m["final_success_interval"], half)
   np.testing.assert_allclose(m["curve_mean"], np.round(success.mean(0), 4))
-  assert "ratio_to_none" not in hindsight.mode_results(success, 10, cfg, 1e-3)
+  assert "ratio_to_none" not in relabel.mode_results(success, 10, cfg, 1e-3)
 
 
 def test_tiny_part_b_summary_structure(tmp_path):
-  config = load_config("hindsight", "small")
+  config = load_config("relabel", "small")
   config.parts, config.seeds, config.bootstrap_samples = "b", 2, 100
   config.lr_grid, config.sweep_seeds, config.sweep_update_fraction = (1e-3, 1e-2), 1, 0.5
   grid = config.grpo.goalgrid
@@ -77,7 +77,7 @@ def test_tiny_part_b_summary_structure(tmp_path):
   grid.num_tasks, grid.group_size, grid.num_updates, grid.num_minibatches = 2, 2, 6, 1
   grid.update_epochs, grid.network.hidden_sizes = 1, (8,)
   del config.grpo["textedit"]
-  summary = hindsight.run(config, str(tmp_path), log=lambda _: None)
+  summary = relabel.run(config, str(tmp_path), log=lambda _: None)
   assert report.read_summary(str(tmp_path))["grpo"] == summary["grpo"]
   assert summary["seeds"] == 2 and summary["lr_grid"] == [1e-3, 1e-2]
   entry = summary["grpo"]["goalgrid"]
@@ -96,16 +96,16 @@ def test_tiny_part_b_summary_structure(tmp_path):
   check_png(str(tmp_path / "grpo_goalgrid.png"), min_bytes=1_000)
   text = (tmp_path / "summary.md").read_text()
   assert "Learning-rate sweep" in text and "Settings measured earlier" in text
-  for setting, *_ in hindsight.EARLIER_SETTINGS:
+  for setting, *_ in relabel.EARLIER_SETTINGS:
     assert setting in text
 
 
 def test_nulls_variant_is_the_earlier_null_setting():
-  config = load_config("hindsight", "nulls")
-  hindsight.validate_config(config)
+  config = load_config("relabel", "nulls")
+  relabel.validate_config(config)
   assert config.parts == "b" and set(config.grpo) == {"goalgrid_corners"}
   corners = config.grpo.goalgrid_corners
   assert corners.env_kwargs.to_dict() == {"size": 15, "max_steps_in_episode": 30}
   assert corners.horizon == 30 and corners.env_name == "GoalGrid-v0"
   assert any(s.startswith("GoalGrid 15x15, 4 corner goals") for s, *_ in
-             hindsight.EARLIER_SETTINGS)
+             relabel.EARLIER_SETTINGS)
