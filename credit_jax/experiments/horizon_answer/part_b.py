@@ -167,9 +167,11 @@ def summarise(lc, records: List[dict]) -> dict:
       d = survival.paired_rmst_difference(steps, e, tr, er, tau_s)
       cell["rmst_steps_minus_reference"] = list(d)
       if e.any() or er.any():
-        res = stats.logrank(stats.CensoredData(uncensored=steps[e], right=steps[~e]),
-                            stats.CensoredData(uncensored=tr[er], right=tr[~er]))
-        cell["logrank_p_vs_reference"] = float(res.pvalue)
+        with np.errstate(invalid="ignore", divide="ignore"):
+          res = stats.logrank(stats.CensoredData(uncensored=steps[e], right=steps[~e]),
+                              stats.CensoredData(uncensored=tr[er], right=tr[~er]))
+        if np.isfinite(res.pvalue):   # NaN where both arms' times are all one value
+          cell["logrank_p_vs_reference"] = float(res.pvalue)
     cells.append(cell)
   slopes, largest = {}, {}
   for family in sorted({k[0] for k in by}):
