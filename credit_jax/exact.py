@@ -22,7 +22,8 @@ on the current observation alone (a table, a linear layer, an MLP: `apply(params
     (apple_low + apple_high) / 2 x reward_scale: it is drawn independently of everything).
 
 `objective(env, env_params, apply_fn, params)` returns J ([] float32) and
-`gradient(...)` its gradient (`jax.grad`, a pytree like `params`). Both jit, and a vmap
+`gradient(...)` its gradient (`jax.grad`, a pytree like `params`); on the corridor
+`corridor_credit(...)` gives the exact action values and COCOA-reward coefficients. Both jit, and a vmap
 over policies works. tests/test_exact.py checks them against brute-force enumeration of
 every reset and action sequence on tiny cases.
 """
@@ -37,7 +38,7 @@ import numpy as np
 from credit_jax.envs.conveyor_treasure import ConveyorTreasure
 from credit_jax.envs.keychain import KeyChain
 
-__all__ = ["gradient", "objective", "supported"]
+__all__ = ["corridor_credit", "gradient", "objective", "supported"]
 
 ApplyFn = Callable[[Any, jax.Array], jax.Array]   # (params, obs [N, D]) -> logits [N, A]
 
@@ -90,7 +91,10 @@ def _keychain_objective(env: KeyChain, env_params, apply_fn: ApplyFn, params):
   return jnp.prod(q)
 
 
-def _corridor_objective(env: ConveyorTreasure, env_params, apply_fn: ApplyFn, params):
+def _corridor_tables(env: ConveyorTreasure, env_params, apply_fn: ApplyFn, params):
+  """The corridor as a table over (t, flags), flags = has_key + 2 door_open: policy
+  probabilities [L, 4, A], next flags [L, 4, A] int32, expected reward [L, 4, A] and the
+  probability of each reward class (apple_low, apple_high, treasure) [L, 4, A, 3]."""
   length = env.length
   with jax.ensure_compile_time_eval():
     _, start = env.reset(jax.random.key(0), env_params)
@@ -106,11 +110,20 @@ def _corridor_objective(env: ConveyorTreasure, env_params, apply_fn: ApplyFn, pa
   value = 0.5 * (env_params.apple_low + env_params.apple_high) * env_params.reward_scale
   actions = jnp.arange(env.num_actions, dtype=jnp.int32)
 
-  def outcome(s, a):    # (next flag index [], reward []) of action a in state s
-    nxt, reward, _ = env.corridor_step(s, a, env.content_at(s, s.time), value, env_params)
-    return nxt.has_key.astype(jnp.int32) + 2 * nxt.door_open.astype(jnp.int32), reward
-  nxt, reward = jax.vmap(jax.vmap(lambda s: jax.vmap(lambda a: outcome(s, a))(actions)))(
-      states)                                                          # [L, 4, A] each
+  def outcome(s, a):    # (next flag index [], reward [], class probabilities [3])
+    nxt, reward, info = env.corridor_step(s, a, env.content_at(s, s.time), value,
+                                          env_params)
+    apple = info["apple"].astype(jnp.float32)
+    classes = jnp.stack([0.5 * apple, 0.5 * apple, info["success"].astype(jnp.float32)])
+    return (nxt.has_key.astype(jnp.int32) + 2 * nxt.door_open.astype(jnp.int32), reward,
+            classes)
+  nxt, reward, classes = jax.vmap(jax.vmap(lambda s: jax.vmap(lambda a: outcome(s, a))(
+      actions)))(states)
+  return probs, nxt, reward, classes
+
+
+def _corridor_objective(env: ConveyorTreasure, env_params, apply_fn: ApplyFn, params):
+  probs, nxt, reward, _ = _corridor_tables(env, env_params, apply_fn, params)
 
   def body(dist, xs):   # dist: [4] probability of each (has_key, door_open)
     p, n, r = xs
@@ -121,6 +134,36 @@ def _corridor_objective(env: ConveyorTreasure, env_params, apply_fn: ApplyFn, pa
   first = jnp.zeros(4, jnp.float32).at[0].set(1.0)
   _, gains = jax.lax.scan(body, first, (probs, nxt, reward))
   return jnp.sum(gains)
+
+
+def corridor_credit(env: ConveyorTreasure, env_params, apply_fn: ApplyFn, params):
+  """Exact action values and COCOA-reward coefficients on ConveyorTreasure-v0, by a
+  backward pass over (t, flags), flags = has_key + 2 door_open (the states that matter):
+
+    q [L, 4, A]:    Q(s_t, a), the expected return from step t on (its reward included);
+    w [L, 4, A, 3]: w(s_t, a, m) = E[N_m | s_t, a] / E[N_m | s_t], N_m the number of
+                    later steps k > t whose reward is of class m (apple_low, apple_high,
+                    treasure; `hindsight_credit.reward_values_of`'s order): the
+                    coefficient h(a | s, m) / pi(a | s) that COCOA's count-weighted
+                    hindsight loss has as minimiser (gamma = 1); 1 where E[N_m | s_t] = 0.
+    probs [L, 4, A]: the policy at each state.
+  Rows of unreachable states are computed all the same."""
+  if not isinstance(env, ConveyorTreasure):
+    raise ValueError(f"corridor_credit covers ConveyorTreasure-v0, got {type(env).__name__}")
+  probs, nxt, reward, classes = _corridor_tables(env, env_params, apply_fn, params)
+
+  def body(later, xs):  # later: ([4] V, [4, 3] counts) from step t + 1 on
+    p, n, r, c = xs
+    v_next, n_next = later
+    q = r + v_next[n]                                    # [4, A]
+    ahead = n_next[n]                                    # [4, A, 3]: k > t only
+    counts = c + ahead                                   # k >= t
+    return (jnp.sum(p * q, -1), jnp.sum(p[..., None] * counts, 1)), (q, ahead)
+  zeros = (jnp.zeros(4, jnp.float32), jnp.zeros((4, 3), jnp.float32))
+  _, (q, ahead) = jax.lax.scan(body, zeros, (probs, nxt, reward, classes), reverse=True)
+  mean = jnp.sum(probs[..., None] * ahead, axis=2, keepdims=True)   # [L, 4, 1, 3]
+  w = jnp.where(mean > 0, ahead / jnp.where(mean > 0, mean, 1.0), 1.0)
+  return q, w, probs
 
 
 def objective(env, env_params, apply_fn: ApplyFn, params) -> jax.Array:

@@ -1,18 +1,24 @@
 """HCA and COCOA as hooks: a hindsight model trained online beside the policy, its credit
 in place of the recipe's advantages (the `advantages` estimator slot).
 
-`config.hca` / `config.cocoa` (`add_config`): `enabled`; the model (`hidden_sizes`,
-`policy_prior`: h's logits are the policy's log-probabilities plus the network's output,
+`config.hca` / `config.cocoa` (`add_config`): `enabled`; the model (`model`: "mlp", an
+MLP of `hidden_sizes` on [o, u], or "gated", COCOA's gated hypernetwork
+`nets.credit_models.GatedHindsightModel` of width `hidden_sizes[0]`; `policy_prior`: h's
+logits are the policy's log-probabilities plus the network's output,
 `Hindsight.hindsight_logits` says why);
 its training (`lr`, traced as `hca.lr` / `cocoa.lr`; `train_steps` full-batch Adam
-steps per update); HCA's `z_scale` (the return-to-go is fed to the model times this);
+steps per update, `weight_decay` AdamW's decoupled decay, `max_grad_norm` the clip, 0
+none; `fit_first`: the order, below); HCA's `z_scale` (the return-to-go is fed to the
+model times this);
 COCOA's `reward_values` (the nonzero rewards the environment pays, one outcome class
 each; `reward_values_of` knows KeyChain's and the linear key-to-door's).
 
-Each update (`Hindsight.step`): the credit of the new episodes is computed with the model
-as it was *before* seeing them (a model fitted to the very episodes it judges would
-memorise their actions: `pi / h` would shrink towards `pi` of the action taken and bias
-the estimate), then the model trains on them. HCA's credit is a per-step advantage
+Each update (`Hindsight.step`): by default the credit of the new episodes is computed
+with the model as it was *before* seeing them (a model fitted to the very episodes it
+judges would memorise their actions: `pi / h` would shrink towards `pi` of the action
+taken and bias the estimate), then the model trains on them. `fit_first = True` is
+COCOA's code's order (seijin-kobayashi/cocoa `ccoa/experiment.py`: the model takes its
+steps on the batch, then credits it). HCA's credit is a per-step advantage
 `[T, B]` for the action taken; COCOA's is a `contributions.CocoaCredit`, which the
 policy loss consumes with `contributions.all_action_loss` (or its clipped form): the
 estimator credits every action, not only the sampled one, so a recipe taking COCOA
@@ -42,7 +48,7 @@ from credit_jax import diagnostics, returns
 from credit_jax.addons import contributions as cb
 from credit_jax.addons import hooks
 from credit_jax.config import require
-from credit_jax.nets.credit_models import HindsightModel
+from credit_jax.nets.credit_models import GatedHindsightModel, HindsightModel
 
 Array = jax.Array
 
@@ -66,6 +72,10 @@ def add_config(c: ml_collections.ConfigDict, kind: str, **overrides
   h.lr = 1e-2 if kind == "hca" else 3e-3   # its Adam step size (traced: <kind>.lr)
   h.train_steps = 8 if kind == "hca" else 4   # its full-batch steps per update
   h.policy_prior = True       # h's logits = log pi + the network's (Bayes' rule)
+  h.model = "mlp"             # mlp | gated (COCOA's hypernetwork, width hidden_sizes[0])
+  h.fit_first = False         # True: train on the batch, then credit it (COCOA's order)
+  h.weight_decay = 0.0        # AdamW's decoupled weight decay of the model
+  h.max_grad_norm = 1.0       # the model's gradient clip (0: none)
   if kind == "hca":
     h.z_scale = 1.0           # the return-to-go enters the model times this
   else:
@@ -78,14 +88,15 @@ def add_config(c: ml_collections.ConfigDict, kind: str, **overrides
 
 def reward_values_of(env, env_params) -> Tuple[float, ...]:
   """The nonzero reward values of the environments that declare them: KeyChain's 1.0,
-  the linear key-to-door's two apple values and its treasure (scaled); ValueError else."""
+  the linear key-to-door's and COCOA's corridor's two apple values and treasure (scaled);
+  ValueError else."""
   name = getattr(env, "name", type(env).__name__)
   inner = env
   while hasattr(inner, "inner") and not hasattr(inner, "num_pivotal"):
     inner = inner.inner
   if getattr(inner, "name", "") == "KeyChain-v0":
     return (1.0,)
-  if getattr(inner, "name", "") == "LinearKeyToDoor-v0":
+  if getattr(inner, "name", "") in ("LinearKeyToDoor-v0", "ConveyorTreasure-v0"):
     s = float(env_params.reward_scale)
     return (float(env_params.apple_low) * s, float(env_params.apple_high) * s,
             float(env_params.treasure_reward) * s)
@@ -112,14 +123,20 @@ class Hindsight:
     self.outcome_size = 1 if kind == "hca" else len(self.values)
     self.z_scale = float(cfg.get("z_scale", 1.0))
     self.policy_prior = bool(cfg.get("policy_prior", True))
-    self.net = HindsightModel(self.num_actions, tuple(cfg.hidden_sizes))
+    self.gated = cfg.get("model", "mlp") == "gated"
+    self.net = (GatedHindsightModel(self.num_actions, int(tuple(cfg.hidden_sizes)[0]))
+                if self.gated else HindsightModel(self.num_actions, tuple(cfg.hidden_sizes)))
     self.tx = optax.scale_by_adam()
     self.train_steps = int(cfg.train_steps)
+    self.fit_first = bool(cfg.get("fit_first", False))
+    self.weight_decay = float(cfg.get("weight_decay", 0.0))
+    self.max_grad_norm = float(cfg.get("max_grad_norm", 1.0))
     self.owns = (f"{kind}_params", f"{kind}_opt")
 
   def init(self, key) -> Dict[str, Any]:
+    extra = (jnp.zeros((1, self.num_actions)),) if self.gated else ()
     params = self.net.init(key, jnp.zeros((1, self.obs_size)),
-                           jnp.zeros((1, self.outcome_size)))
+                           jnp.zeros((1, self.outcome_size)), *extra)
     return {self.owns[0]: params, self.owns[1]: self.tx.init(params)}
 
   def _obs(self, traj) -> Array:
@@ -145,12 +162,13 @@ class Hindsight:
     prior = jax.lax.stop_gradient(jax.nn.log_softmax(pi_logits, axis=-1))
     if self.kind == "hca":
       z = self._z(traj, gamma)[..., None] * self.z_scale
-      out = self.net.apply(params, obs, z)
+      out = self.net.apply(params, obs, z, *((prior,) if self.gated else ()))
       return out + prior if self.policy_prior else out
     m = self.outcome_size
     obs_m = jnp.broadcast_to(obs[:, :, None], obs.shape[:2] + (m, obs.shape[-1]))
     hot = jnp.broadcast_to(jnp.eye(m, dtype=jnp.float32), obs.shape[:2] + (m, m))
-    out = self.net.apply(params, obs_m, hot)
+    prior_m = jnp.broadcast_to(prior[:, :, None], obs.shape[:2] + (m, prior.shape[-1]))
+    out = self.net.apply(params, obs_m, hot, *((prior_m,) if self.gated else ()))
     return out + prior[:, :, None] if self.policy_prior else out
 
   def _classes(self, traj):
@@ -193,17 +211,24 @@ class Hindsight:
     def body(state, _):
       params, opt_state = state
       loss, grads = grad_fn(params, traj, gamma, pi_logits)
-      grads = optax.clip_by_global_norm(1.0).update(grads, optax.EmptyState())[0]
+      if self.max_grad_norm > 0:
+        grads = optax.clip_by_global_norm(self.max_grad_norm).update(
+            grads, optax.EmptyState())[0]
       updates, opt_state = self.tx.update(grads, opt_state, params)
-      return (jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state), loss
+      wd = self.weight_decay   # AdamW: the decay joins the step, scaled by lr
+      return (jax.tree.map(lambda p, u: p - lr * (u + wd * p), params, updates),
+              opt_state), loss
 
     (params, opt_state), losses = jax.lax.scan(body, (params, opt_state), None,
                                                length=self.train_steps)
     return {self.owns[0]: params, self.owns[1]: opt_state}, losses[0]
 
   def step(self, carry, logits, traj, gamma, lr, key):
+    if self.fit_first:
+      carry, loss = self.train(carry, traj, gamma, lr, key, logits)
     credit, mass, ratio = self.credit(carry[self.owns[0]], logits, traj, gamma)
-    carry, loss = self.train(carry, traj, gamma, lr, key, logits)
+    if not self.fit_first:
+      carry, loss = self.train(carry, traj, gamma, lr, key, logits)
     p = self.kind
     metrics = {f"{p}_loss": loss, f"{p}_ratio_mean": ratio}
     pivotal = traj.info.get("pivotal") if isinstance(traj.info, dict) else None
@@ -231,6 +256,10 @@ class _HindsightFeature(hooks.Feature):
     require(int(h.train_steps) >= 1, f"{self.kind}.train_steps",
             f"must be >= 1, got {h.train_steps}")
     require(float(h.lr) > 0, f"{self.kind}.lr", f"must be > 0, got {h.lr}")
+    require(h.get("model", "mlp") in ("mlp", "gated"), f"{self.kind}.model",
+            f"must be mlp or gated, got {h.get('model')!r}")
+    for f in ("weight_decay", "max_grad_norm"):
+      require(float(h.get(f, 0.0)) >= 0, f"{self.kind}.{f}", f"must be >= 0, got {h[f]}")
     require(recipe.rollout != hooks.CONTINUING, f"{self.kind}.enabled",
             "the outcomes that follow a step must lie in its window: whole episodes "
             "(REINFORCE, GRPO, or PPO with rollout = 'episodes')")

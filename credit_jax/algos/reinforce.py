@@ -77,6 +77,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.gae_lambda = 0.95             # lambda of credit="gae" (a traced hparam)
   c.ent_coef = 0.0                # entropy bonus weight (a traced hparam)
   c.vf_coef = 0.5                 # value loss weight, credit="gae" or baseline="value" (traced)
+  c.explore_epsilon = 0.0         # act and learn with (1 - eps) pi + eps / A (COCOA's
+                                  # exploration; memoryless networks only)
 
   c.chunk_updates = 25            # updates per compiled call (one progress line each)
   c.checkpoint_every = 50         # updates between checkpoints (k * chunk_updates)
@@ -100,6 +102,10 @@ def validate_fields(config) -> None:
       f"must lie in [0, 1], got {config.gae_lambda}")
   for f in ("ent_coef", "vf_coef"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+  eps = float(config.get("explore_epsilon", 0.0))
+  req(0.0 <= eps < 1.0, "explore_epsilon", f"must lie in [0, 1), got {eps}")
+  req(eps == 0.0 or train_lib.flat_network(config), "explore_epsilon",
+      "needs a memoryless network (network.kind mlp | tabular | linear)")
   grpo_sequence.validate_network(config)
 
 
@@ -135,9 +141,11 @@ class Model(NamedTuple):
 def _mlp_model(config, env, env_params, with_value: bool) -> Tuple[Model, Any]:
   """(the `Model`, its flax network) of a memoryless network (`train_lib.FLAT_KINDS`)."""
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=with_value)
+  eps = float(config.get("explore_epsilon", 0.0))
+  acting = nets.EpsilonNetwork(network, eps) if eps > 0 else network
   return Model(init=lambda k: train_lib.init_params(network, k, obs_shape),
-               policy=nets.make_policy_fn(network),
-               outputs=lambda params, traj: network.apply(params, traj.obs),
+               policy=nets.make_policy_fn(acting),
+               outputs=lambda params, traj: acting.apply(params, traj.obs),
                final_values=lambda params, traj: network.apply(params, traj.final_obs)[1]
                ), network
 

@@ -17,7 +17,8 @@ one-hot parts, `network.kind` "tabular" | "linear").
 """
 from credit_jax.nets import gru, initializers, lm, mlp, prm, sequence, tabular
 from credit_jax.nets.initializers import orthogonal
-from credit_jax.nets.mlp import (MLP, ActorCritic, ColumnDense, RowDense, activation_fn,
+from credit_jax.nets.mlp import (MLP, ActorCritic, ColumnDense, EpsilonNetwork, RowDense,
+                                 activation_fn, epsilon_mixture_logits,
                                  categorical_entropy, categorical_kl, categorical_log_prob,
                                  categorical_noise, categorical_sample,
                                  categorical_sample_with_noise, make_greedy_policy_fn,
@@ -27,10 +28,12 @@ from credit_jax.nets.sequence import (GRUActorCritic, TransformerActorCritic,
 from credit_jax.nets.tabular import Linear, Tabular, make_table_network
 
 __all__ = [
-    "MLP", "ActorCritic", "ColumnDense", "GRUActorCritic", "Linear", "RowDense", "Tabular",
+    "MLP", "ActorCritic", "ColumnDense", "EpsilonNetwork", "GRUActorCritic", "Linear",
+    "RowDense", "Tabular",
     "TransformerActorCritic", "activation_fn", "categorical_entropy", "categorical_kl",
     "categorical_log_prob", "categorical_noise", "categorical_sample",
-    "categorical_sample_with_noise", "gru", "lm", "make_greedy_policy_fn", "make_policy_fn",
+    "categorical_sample_with_noise", "epsilon_mixture_logits", "gru", "lm",
+    "make_greedy_policy_fn", "make_policy_fn",
     "initializers", "make_sequence_network", "make_sequence_policy", "make_table_network",
     "mlp", "orthogonal", "prm", "sequence", "tabular", "unroll",
 ]

@@ -14,6 +14,16 @@ observation `o` given an outcome `u` that followed it (the return-to-go for HCA,
 later reward's class for COCOA; `credit_jax/addons/contributions.py`). An MLP on the
 concatenation of the observation and the outcome's features, `[..., O] x [..., U] ->
 [..., A]`, with any leading dims.
+
+`GatedHindsightModel`: the model COCOA's code trains on its corridor (its
+`hindsight_model_type = "hypernet"`, read from seijin-kobayashi/cocoa
+`ccoa/networks/models.py`): one ReLU layer on `[o, u]` whose output is both a logit
+vector and an `[A, 2A]` matrix that gates the policy's features `[log pi, log(1 - pi)]`,
+so the outcome decides how much each action's own policy probability matters; the
+conjunction "this outcome at this observation" is one hidden layer away, not two. Its
+two output layers start as mirrored pairs (`relu(x) - relu(x) = 0`, with a gradient), so
+the untrained model outputs exactly 0: with the policy prior `h = pi` and every
+coefficient `w = h / pi = 1` (theirs starts at a random output).
 """
 from __future__ import annotations
 
@@ -29,7 +39,7 @@ from credit_jax.nets.mlp import MLP
 
 Array = jax.Array
 
-__all__ = ["HindsightModel", "ReturnPredictor"]
+__all__ = ["GatedHindsightModel", "HindsightModel", "ReturnPredictor", "relu_gate"]
 
 
 class ReturnPredictor(nn.Module):
@@ -73,6 +83,49 @@ class HindsightModel(nn.Module):
     # A small output gain starts h near uniform, as the policy's head starts.
     return nn.Dense(self.num_actions, kernel_init=initializers.orthogonal(0.01),
                     bias_init=nn.initializers.zeros, name="head")(x)
+
+
+def relu_gate(x: Array) -> Array:
+  """`[..., 2n] -> [..., n]`: `relu(x[..., :n]) - relu(x[..., n:])` (a signed ReLU)."""
+  first, second = jnp.split(jax.nn.relu(x), 2, axis=-1)
+  return first - second
+
+
+def _mirrored(scale: float):
+  """A kernel initialiser `[H, 2n]` whose two halves are equal (orthogonal, `scale`), so
+  `relu_gate` of the layer's output is exactly 0 at initialisation."""
+  base = initializers.orthogonal(scale)
+
+  def init(key, shape, dtype=jnp.float32):
+    half = base(key, (shape[0], shape[1] // 2), dtype)
+    return jnp.concatenate([half, half], axis=-1)
+  return init
+
+
+class GatedHindsightModel(nn.Module):
+  """`(obs [..., O], outcome [..., U], policy_logits [..., A]) -> logits [..., A]`
+  (module doc); `policy_logits` are held constant (log-probabilities or logits of pi)."""
+  num_actions: int
+  hidden_size: int = 256
+
+  @nn.compact
+  def __call__(self, obs: Array, outcome: Array, policy_logits: Array) -> Array:
+    a = self.num_actions
+    lead = jnp.shape(obs)[:-1]
+    if jnp.shape(outcome)[:-1] != lead or jnp.shape(policy_logits) != lead + (a,):
+      raise ValueError(f"obs [..., O], outcome [..., U] and policy_logits [..., {a}] need "
+                       f"the same leading dims, got {jnp.shape(obs)}, "
+                       f"{jnp.shape(outcome)}, {jnp.shape(policy_logits)}")
+    x = jnp.concatenate([obs.astype(jnp.float32), outcome.astype(jnp.float32)], axis=-1)
+    z = jax.nn.relu(nn.Dense(self.hidden_size, name="torso")(x))
+    head = lambda n, name: nn.Dense(2 * n, kernel_init=_mirrored(1.0),
+                                    bias_init=nn.initializers.zeros, name=name)
+    logits = relu_gate(head(a, "logits")(z))                          # [..., A]
+    gate = relu_gate(head(2 * a * a, "gate")(z)).reshape(lead + (a, 2 * a))
+    logp = jax.nn.log_softmax(jax.lax.stop_gradient(policy_logits).astype(jnp.float32))
+    feats = jnp.concatenate([logp, jnp.log1p(-jnp.minimum(jnp.exp(logp), 1 - 1e-6))],
+                            axis=-1)                                  # [..., 2A]
+    return logits + jnp.einsum("...ij,...j->...i", gate, feats)
 
 
 def num_parameters(params) -> int:

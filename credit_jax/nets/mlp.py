@@ -232,6 +232,37 @@ def categorical_kl(logits_p: Array, logits_q: Array) -> Array:
   return jnp.sum(jnp.exp(logp) * (logp - logq), axis=-1)
 
 
+def epsilon_mixture_logits(logits: Array, epsilon: float) -> Array:
+  """`[..., A]` log-probabilities of `(1 - epsilon) softmax(logits) + epsilon / A`: the
+  policy with epsilon exploration, as a distribution of its own (COCOA's code trains and
+  acts with it, gradients flowing through the mixture; `logits: [..., A]`)."""
+  eps = float(epsilon)
+  if not 0.0 <= eps < 1.0:
+    raise ValueError(f"epsilon must lie in [0, 1), got {epsilon}")
+  if eps == 0.0:
+    return logits
+  a = jnp.shape(logits)[-1]
+  return jnp.log((1.0 - eps) * jax.nn.softmax(logits, axis=-1) + eps / a)
+
+
+class EpsilonNetwork:
+  """An actor-critic `network` (`apply(params, obs) -> (logits [..., A], value [...])`)
+  whose logits are `epsilon_mixture_logits(logits, epsilon)`; usable wherever the network
+  is (`make_policy_fn`, a recipe's loss). Evaluation uses the plain network."""
+
+  def __init__(self, network, epsilon: float):
+    epsilon_mixture_logits(jnp.zeros((1,)), epsilon)   # checks the range
+    self.network, self.epsilon = network, float(epsilon)
+    self.num_actions = int(network.num_actions)
+
+  def init(self, *args, **kwargs):
+    return self.network.init(*args, **kwargs)
+
+  def apply(self, params, *args, **kwargs):
+    logits, value = self.network.apply(params, *args, **kwargs)
+    return epsilon_mixture_logits(logits, self.epsilon), value
+
+
 def make_policy_fn(network: nn.Module, value: bool = True) -> PresampledPolicy:
   """Wraps an actor-critic module as a rollout `PolicyFn` that samples its actions.
 

@@ -1,0 +1,36 @@
+"""COCOA's corridor experiment reproduced (credit_jax/experiments/cocoa_corridor/study.py).
+
+  python3 scripts/cocoa_corridor.py --config=configs/cocoa_corridor.py[:variant] --workdir=DIR
+
+Variants:
+  "" (the default): what docs/results/learned_credit.md reports: REINFORCE, Advantage,
+      HCA (return) and COCOA-reward at L = 23 and 103, 10 seeds, 3,000 updates of 8
+      episodes, an evaluation (256 episodes) every 200 updates.
+  "gate": REINFORCE alone at L = 23 (the learnability gate), 10 seeds, 3,000 updates.
+  "probe": the shadow-mode gradient part alone at L = 23, 63, 103 (3 seeds, 300 updates,
+      a measurement every 100 on 256 batches of 8 episodes).
+  "small": every method at L = 23, 4 seeds, 600 updates (<= 15 min on 2 cores).
+  "smoke": seconds; what the tests run.
+Every field is documented in the study's default_config().
+"""
+from credit_jax.experiments import cocoa_corridor
+
+
+def get_config(arg=None):
+  """Returns the study config; `arg` picks a variant ("", "gate", "probe", "small", "smoke")."""
+  c = cocoa_corridor.default_config()
+  if arg in (None, ""):
+    pass
+  elif arg == "gate":
+    c.methods, c.lengths = ("reinforce",), (23,)
+  elif arg == "probe":
+    c.lengths, c.probe.lengths = (), (23, 63, 103)
+  elif arg == "small":
+    c.lengths, c.seeds, c.updates, c.eval_every = (23,), 4, 600, 100
+  elif arg == "smoke":
+    c.lengths, c.seeds, c.updates, c.eval_every, c.eval_episodes = (5,), 2, 4, 2, 8
+    c.probe.lengths, c.probe.updates, c.probe.every, c.probe.draws = (5,), 2, 2, 4
+    c.probe.seeds = 2
+  else:
+    raise ValueError(f"unknown variant {arg!r} (use '', 'gate', 'probe', 'small' or 'smoke')")
+  return c

@@ -1,0 +1,173 @@
+"""The shadow mode: first-state gradient statistics against the exact DP gradient.
+
+COCOA's paper measures estimators in a "shadow" mode (their `callback.py`, read not
+copied): the policy is trained by the true gradient, not by the estimator, so every
+estimator is judged at the same policies on the same kind of data; only the first
+state's term of each single-episode gradient is kept (`first_state_only`), and it is
+compared with the exact first-state gradient
+
+    g* = grad_theta sum_a pi_theta(a | s_0) Q(s_0, a)     (Q held constant),
+
+here from `exact.corridor_credit` (the corridor's backward DP). For a single episode an
+all-action estimator's first-state gradient is `sum_a grad pi(a | s_0) C_0(a)` with:
+
+  reinforce         C_0(a) = [a = a_0] G_0 / pi(a_0)
+  advantage (V*)    C_0(a) = [a = a_0] (G_0 - V(s_0)) / pi(a_0), V the exact value (the
+                    best a learned baseline can do)
+  hca_return        [a = a_0] (1 - pi(a_0) / h(a_0 | s_0, G_0)) G_0 / pi(a_0), h learned
+  cocoa             r_0 [a = a_0] / pi(a_0) + sum_m (w(s_0, a, m) - 1) F_0(m), w learned
+  cocoa (exact w)   the same with `exact.corridor_credit`'s coefficients (unbiased)
+
+Per measurement N = `draws x episodes` episodes give single-episode gradients g_i, and
+  SNR_dB = 10 log10(|g*|^2 / mean_i |g_i - g*|^2),
+  variance_dB = 10 log10(var / |g*|^2), var = sum_i |g_i - mean g|^2 / (N - 1),
+  bias_dB = 10 log10((|mean_i g_i - g*|^2 - var / N) / |g*|^2), the squared error of the
+  mean less what sampling alone gives it, shown as the floor `bias_floor_dB`
+  (10 log10(var / N / |g*|^2)) when it is below it: theirs is exact, from a DP over the
+  learned model.
+The policy is the study's MLP with epsilon exploration (the mixture is the policy whose
+gradient is measured, as theirs); it takes AdamW steps on the exact gradient of J. The
+hindsight models train on each update's batch of `episodes` episodes (the study's
+settings); they are measured on fresh batches drawn after their step.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict
+
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from credit_jax import exact, nets, returns, rollout
+from credit_jax.addons import contributions as cb, hindsight_credit
+from credit_jax.algos import train as train_lib
+from credit_jax.experiments.cocoa_corridor import study
+
+__all__ = ["ESTIMATORS", "first_state_gradient", "shadow"]
+
+ESTIMATORS = ("reinforce", "advantage_exact_v", "hca_return", "cocoa", "cocoa_exact_w")
+
+
+def first_state_gradient(env, env_params, apply_fn, params):
+  """The exact first-state gradient `g*` (module doc), a pytree like `params`;
+  `apply_fn(params, obs [N, D]) -> logits [N, A]` of a memoryless policy."""
+  q, _, _ = exact.corridor_credit(env, env_params, apply_fn,
+                                  jax.lax.stop_gradient(params))
+  obs0 = _first_obs(env, env_params)
+  return jax.grad(lambda p: jnp.sum(jax.nn.softmax(apply_fn(p, obs0[None]))[0]
+                                    * q[0, 0]))(params)
+
+
+def _first_obs(env, env_params):
+  with jax.ensure_compile_time_eval():
+    return env.reset(jax.random.key(0), env_params)[0]
+
+
+def _first_state_contributions(traj, pi0, h_models, carries, logits, q0, w0, values):
+  """[N, A] C_0(a) of every estimator (`ESTIMATORS` order) for N episodes `traj`
+  ([T, N]); pi0 [A] the policy at s_0; q0 [A] exact Q(s_0, .); w0 [A, M] exact w."""
+  a0 = traj.actions[0]
+  hot = jax.nn.one_hot(a0, pi0.shape[0])
+  rewards = jnp.where(traj.valid, traj.rewards, 0.0)
+  g0 = returns.discounted_returns(rewards, jnp.ones_like(rewards),
+                                  terminated=traj.dones)[0]           # [N]
+  per_taken = lambda x: hot * (x / pi0[a0])[:, None]
+  hca, cocoa = h_models
+  adv_h, _, _ = hca.credit(carries[0][hca.owns[0]], logits, traj, 1.0)
+  credit, _, _ = cocoa.credit(carries[1][cocoa.owns[0]], logits, traj, 1.0)
+  classes = cb.reward_classes(rewards, values)
+  future, _ = cb.future_by_class(rewards, classes, len(values), 1.0, traj.dones, traj.valid)
+  exact_c = jnp.einsum("am,nm->na", w0 - 1.0, future[0])
+  immediate = per_taken(rewards[0])
+  return jnp.stack([per_taken(g0), per_taken(g0 - jnp.sum(pi0 * q0)),
+                    per_taken(adv_h[0]),
+                    immediate + credit.contributions[0], immediate + exact_c])  # [E, N, A]
+
+
+def shadow(length: int, config, log: Callable) -> Dict:
+  """The shadow mode at corridor length `length` (module doc); returns its rows
+  `{estimator: {snr_db, bias_db, variance_db}}` (mean over measurements and seeds) and
+  the per-measurement values."""
+  p = config.probe
+  cfg = study.cell_config("cocoa", length, config)
+  env, env_params = train_lib.make_env(cfg)
+  network, obs_shape = train_lib.make_network(cfg, env, env_params, value_head=False)
+  eps = float(config.epsilon)
+  apply_fn = lambda params, obs: nets.epsilon_mixture_logits(
+      network.apply(params, obs)[0], eps)
+  policy = nets.make_policy_fn(nets.EpsilonNetwork(network, eps), value=False)
+  values = hindsight_credit.reward_values_of(env, env_params)
+  a = env.num_actions
+  obs_size = int(np.prod(obs_shape))
+  models = (hindsight_credit.Hindsight(
+      "hca", study.cell_config("hca_return", length, config).hca, a, obs_size),
+            hindsight_credit.Hindsight("cocoa", cfg.cocoa, a, obs_size, values))
+  tx = optax.adamw(float(p.lr), weight_decay=float(config.weight_decay))
+  episodes, horizon, lr_model = int(p.episodes), int(length), float(config.model_lr)
+  obs0 = _first_obs(env, env_params)
+
+  def init(key):
+    k_p, k_h, k_c = jax.random.split(key, 3)
+    params = train_lib.init_params(network, k_p, obs_shape)
+    return params, tx.init(params), (models[0].init(k_h), models[1].init(k_c))
+
+  def update(carry, key):
+    params, opt, carries = carry
+    traj = rollout.collect_episodes(env, env_params, policy, params, key, episodes, horizon)
+    logits = apply_fn(params, traj.obs)
+    carries = tuple(m.train(c, traj, 1.0, lr_model, key, logits)[0]
+                    for m, c in zip(models, carries))
+    grad = exact.gradient(env, env_params, apply_fn, params)
+    upd, opt = tx.update(jax.tree.map(jnp.negative, grad), opt, params)
+    return (optax.apply_updates(params, upd), opt, carries), None
+
+  def measure(carry, key):
+    params, _, carries = carry
+    q, w, _ = exact.corridor_credit(env, env_params, apply_fn, params)
+    flat, unravel = jax.flatten_util.ravel_pytree(params)
+    jac = jax.jacobian(lambda f: jax.nn.softmax(apply_fn(unravel(f), obs0[None]))[0])(
+        flat)                                                          # [A, P]
+    n = int(p.draws) * episodes
+    traj = rollout.collect_episodes(env, env_params, policy, params, key, n, horizon)
+    logits = apply_fn(params, traj.obs)
+    c0 = _first_state_contributions(traj, jax.nn.softmax(logits[0, 0]), models, carries,
+                                    logits, q[0, 0], w[0, 0], values)  # [E, N, A]
+    g = c0 @ jac                                                       # [E, N, P]
+    g_star = q[0, 0] @ jac
+    norm2 = jnp.sum(g_star ** 2)
+    mean = g.mean(axis=1)
+    db = lambda x: 10.0 * jnp.log10(x)
+    var = jnp.sum((g - mean[:, None]) ** 2, -1).sum(-1) / (n - 1)     # [E]
+    floor = var / n          # what |mean - g*|^2 would be for an unbiased estimator
+    bias2 = jnp.sum((mean - g_star) ** 2, -1) - floor
+    return {"snr_db": db(norm2 / jnp.mean(jnp.sum((g - g_star) ** 2, -1), -1)),
+            "bias_db": db(jnp.maximum(bias2, floor) / norm2),
+            "bias_floor_db": db(floor / norm2), "variance_db": db(var / norm2),
+            "objective": exact.objective(env, env_params, apply_fn, params)}
+
+  seeds = int(p.get("seeds", 3))
+  keys = jax.random.split(jax.random.key(int(config.seed) + 17), seeds)
+  carry = jax.jit(jax.vmap(init))(keys)
+  every = int(p.every)
+  run = jax.jit(jax.vmap(lambda c, k: jax.lax.scan(update, c, jax.random.split(k, every))[0]))
+  meas = jax.jit(jax.vmap(measure))
+  t0 = time.time()
+  points = []
+  for i in range(int(p.updates) // every + 1):
+    if i:
+      carry = run(carry, jax.vmap(lambda k: jax.random.fold_in(k, 2 * i))(keys))
+    m = jax.device_get(meas(carry, jax.vmap(lambda k: jax.random.fold_in(k, 2 * i + 1))(
+        keys)))
+    points.append({"update": i * every, **{k: np.asarray(v).tolist() for k, v in m.items()}})
+  rows = {}
+  for j, name in enumerate(ESTIMATORS):
+    rows[name] = {k: float(np.mean([np.asarray(pt[k])[:, j] for pt in points]))
+                  for k in ("snr_db", "bias_db", "bias_floor_db", "variance_db")}
+  log(f"shadow L={length}: " + ", ".join(f"{k} snr {v['snr_db']:.1f} bias "
+                                         f"{v['bias_db']:.1f} dB" for k, v in rows.items())
+      + f" ({time.time() - t0:.0f} s)")
+  return {"length": int(length), "rows": rows, "points": points, "seeds": seeds,
+          "wall_s": round(time.time() - t0, 1)}
