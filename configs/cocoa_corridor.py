@@ -6,6 +6,8 @@ Variants:
   "" (the default): what docs/results/learned_credit.md reports: REINFORCE, Advantage,
       HCA (return) and COCOA-reward at L = 23 and 103, 10 seeds, 3,000 updates of 8
       episodes, an evaluation (256 episodes) every 200 updates.
+  "l103": the L = 103 cells that fit this session: COCOA-reward, REINFORCE, Advantage,
+      10 seeds, 1,000 updates, an evaluation every 100.
   "gate": REINFORCE alone at L = 23 (the learnability gate), 10 seeds, 3,000 updates.
   "probe": the shadow-mode gradient part alone at L = 23, 63, 103 (3 seeds, 300 updates,
       a measurement every 100 on 256 batches of 8 episodes).
@@ -17,10 +19,13 @@ from credit_jax.experiments import cocoa_corridor
 
 
 def get_config(arg=None):
-  """Returns the study config; `arg` picks a variant ("", "gate", "probe", "small", "smoke")."""
+  """Returns the study config; `arg` picks a variant ("", "l103", "gate", "probe", "small", "smoke")."""
   c = cocoa_corridor.default_config()
   if arg in (None, ""):
     pass
+  elif arg == "l103":
+    c.methods, c.lengths = ("cocoa", "reinforce", "advantage"), (103,)
+    c.updates, c.eval_every = 1000, 100
   elif arg == "gate":
     c.methods, c.lengths = ("reinforce",), (23,)
   elif arg == "probe":
@@ -32,5 +37,5 @@ def get_config(arg=None):
     c.probe.lengths, c.probe.updates, c.probe.every, c.probe.draws = (5,), 2, 2, 4
     c.probe.seeds = 2
   else:
-    raise ValueError(f"unknown variant {arg!r} (use '', 'gate', 'probe', 'small' or 'smoke')")
+    raise ValueError(f"unknown variant {arg!r} (use '', 'l103', 'gate', 'probe', 'small' or 'smoke')")
   return c
