@@ -19,7 +19,8 @@ from credit_jax.experiments import cocoa_corridor
 
 
 def get_config(arg=None):
-  """Returns the study config; `arg` picks a variant ("", "l103", "gate", "probe", "small", "smoke")."""
+  """Returns the study config; `arg` picks a variant ("", "l103", "gate", "probe",
+  "small", "smoke")."""
   c = cocoa_corridor.default_config()
   if arg in (None, ""):
     pass
