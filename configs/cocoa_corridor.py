@@ -6,7 +6,7 @@ Variants:
   "" (the default): what docs/results/learned_credit.md reports: REINFORCE, Advantage,
       HCA (return) and COCOA-reward at L = 23 and 103, 10 seeds, 3,000 updates of 8
       episodes, an evaluation (256 episodes) every 200 updates.
-  "l103": the L = 103 cells that fit this session: COCOA-reward, REINFORCE, Advantage,
+  "l103": the L = 103 cells that fit this session: REINFORCE, Advantage, COCOA-reward,
       10 seeds, 1,000 updates, an evaluation every 100.
   "gate": REINFORCE alone at L = 23 (the learnability gate), 10 seeds, 3,000 updates.
   "probe": the shadow-mode gradient part alone at L = 23, 63, 103 (3 seeds, 300 updates,
@@ -25,7 +25,7 @@ def get_config(arg=None):
   if arg in (None, ""):
     pass
   elif arg == "l103":
-    c.methods, c.lengths = ("cocoa", "reinforce", "advantage"), (103,)
+    c.methods, c.lengths = ("reinforce", "advantage", "cocoa"), (103,)
     c.updates, c.eval_every = 1000, 100
   elif arg == "gate":
     c.methods, c.lengths = ("reinforce",), (23,)

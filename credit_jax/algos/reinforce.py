@@ -28,6 +28,10 @@ episode's end start from a reset carry and are masked out); credit "gae" bootstr
 step from the value of its final observation read as the next token of its episode. Network
 fields: as `credit_jax/algos/ppo_sequence.py`.
 
+`config.explore_epsilon` (memoryless networks): the policy acts and learns as
+`(1 - eps) pi + eps / A`, gradients through the mixture (COCOA's exploration,
+`nets.EpsilonNetwork`); an evaluation from a checkpoint acts with `pi` itself.
+
 Hyperparameters in `hparams` (traced): lr, gamma, gae_lambda, ent_coef, vf_coef,
 max_grad_norm.
 """

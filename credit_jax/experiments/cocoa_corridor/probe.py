@@ -46,7 +46,7 @@ from credit_jax.addons import contributions as cb, hindsight_credit
 from credit_jax.algos import train as train_lib
 from credit_jax.experiments.cocoa_corridor import study
 
-__all__ = ["ESTIMATORS", "first_state_gradient", "shadow"]
+__all__ = ["ESTIMATORS", "first_state_gradient", "rows_of", "shadow"]
 
 ESTIMATORS = ("reinforce", "advantage_exact_v", "hca_return", "cocoa", "cocoa_exact_w")
 
@@ -85,6 +85,16 @@ def _first_state_contributions(traj, pi0, h_models, carries, logits, q0, w0, val
   return jnp.stack([per_taken(g0), per_taken(g0 - jnp.sum(pi0 * q0)),
                     per_taken(adv_h[0]),
                     immediate + credit.contributions[0], immediate + exact_c])  # [E, N, A]
+
+
+def rows_of(points) -> Dict:
+  """`{estimator: {snr_db, bias_db, bias_floor_db, variance_db}}`: the mean over seeds
+  and over the measurements after update 0 (there the untrained models give exactly no
+  credit, 0 dB SNR by construction, which says nothing)."""
+  later = [pt for pt in points if pt["update"] > 0] or points
+  return {name: {k: float(np.mean([np.asarray(pt[k])[:, j] for pt in later]))
+                 for k in ("snr_db", "bias_db", "bias_floor_db", "variance_db")}
+          for j, name in enumerate(ESTIMATORS)}
 
 
 def shadow(length: int, config, log: Callable) -> Dict:
@@ -162,13 +172,7 @@ def shadow(length: int, config, log: Callable) -> Dict:
     m = jax.device_get(meas(carry, jax.vmap(lambda k: jax.random.fold_in(k, 2 * i + 1))(
         keys)))
     points.append({"update": i * every, **{k: np.asarray(v).tolist() for k, v in m.items()}})
-  # The rows average the measurements after training began: at update 0 the untrained
-  # models give exactly no credit (0 dB SNR by construction), which says nothing.
-  later = [pt for pt in points if pt["update"] > 0] or points
-  rows = {}
-  for j, name in enumerate(ESTIMATORS):
-    rows[name] = {k: float(np.mean([np.asarray(pt[k])[:, j] for pt in later]))
-                  for k in ("snr_db", "bias_db", "bias_floor_db", "variance_db")}
+  rows = rows_of(points)
   log(f"shadow L={length}: " + ", ".join(f"{k} snr {v['snr_db']:.1f} bias "
                                          f"{v['bias_db']:.1f} dB" for k, v in rows.items())
       + f" ({time.time() - t0:.0f} s)")

@@ -52,8 +52,8 @@ from credit_jax.addons import hindsight_credit
 from credit_jax.algos import reinforce, train as train_lib
 from credit_jax.experiments import report
 
-__all__ = ["METHODS", "cell_config", "default_config", "entropy_coef", "evaluate_fn",
-           "num_seeds", "run", "run_cell", "validate_config"]
+__all__ = ["METHODS", "cell_config", "combine", "default_config", "entropy_coef",
+           "evaluate_fn", "num_seeds", "run", "run_cell", "validate_config"]
 
 METHODS = ("reinforce", "advantage", "hca_return", "cocoa")
 LABELS = {"reinforce": "REINFORCE", "advantage": "Advantage",
@@ -287,6 +287,29 @@ def figures(summary, workdir: str) -> None:
   report.save_figure(fig, workdir, f"curves_L{longest}.png")
 
 
+def combine(workdirs, out: str) -> dict:
+  """Writes one summary.json / summary.md and the figures into `out` from the finished
+  cells (`cells/*.json`) and shadow rows of several runs' `workdirs` (runs of different
+  variants: L = 23 and L = 103 at their own budgets). Returns the summary."""
+  summary = {"cells": [], "probe": []}
+  for w in workdirs:
+    cells = os.path.join(w, "cells")
+    for name in sorted(os.listdir(cells)) if os.path.isdir(cells) else ():
+      if name.endswith(".json"):
+        summary["cells"].append(_read(os.path.join(cells, name)))
+    if os.path.exists(os.path.join(w, "summary.json")):
+      from credit_jax.experiments.cocoa_corridor import probe   # it imports this module
+      summary["probe"] += [dict(p, rows=probe.rows_of(p["points"]))
+                           for p in report.read_summary(w).get("probe", [])]
+  order = {m: i for i, m in enumerate(METHODS)}
+  summary["cells"].sort(key=lambda r: (r["length"], order[r["method"]]))
+  summary["probe"].sort(key=lambda p: p["length"])
+  os.makedirs(out, exist_ok=True)
+  report.write_summary(out, summary, _markdown(summary))
+  figures(summary, out)
+  return summary
+
+
 def run(config, workdir: str, log=print) -> dict:
   """Runs every cell, then the gradient part; writes summary.json, summary.md and the
   figures into `workdir` after each."""
@@ -298,7 +321,7 @@ def run(config, workdir: str, log=print) -> dict:
       report.write_summary(workdir, summary, _markdown(summary))
       figures(summary, workdir)
   if tuple(config.probe.lengths):
-    from credit_jax.experiments.cocoa_corridor import probe
+    from credit_jax.experiments.cocoa_corridor import probe   # it imports this module
     for length in config.probe.lengths:
       summary["probe"].append(probe.shadow(int(length), config, log))
       report.write_summary(workdir, summary, _markdown(summary))
