@@ -22,7 +22,7 @@ the median of the per-round ratios):
    on (as `scripts/train.py` does on CPU) except "gru (plain)", the same GRU PPO traced
    with them off (jax's tanh/sigmoid and autodiff through the loop, see
    `credit_jax/nets/gru.py`, and GAE's values from a replay of the window instead of the
-   rollout's own, `credit_jax/algos/ppo_sequence.py`): the fast paths benchmarked both
+   rollout's own, `credit_jax/algos/ppo_agent.py`): the fast paths benchmarked both
    ways. `--bptt_chunks=50,100` adds rows "gru, bptt_chunk=L": the fast-path GRU with
    truncated BPTT in L-step chunks from stored hidden states (`network.bptt_chunk`).
    `--old_sequence_networks=FILE` adds the GRU built by a previous version of
@@ -164,7 +164,8 @@ def ppo_programs(num_envs, horizon, updates, old_networks=None, chunks=(),
   `make_sequence_policy(..., carry=True)`)."""
   import jax  # pylint: disable=import-outside-toplevel
   from credit_jax import algos, fast_paths
-  from credit_jax.algos import ppo, ppo_sequence
+  from credit_jax import nets
+  from credit_jax.algos import ppo, ppo_agent
   from credit_jax.nets import gru
   fns, compile_s = {}, {}
   names = (("mlp", "mlp, shared torso", "gru", "gru (plain)")
@@ -178,11 +179,12 @@ def ppo_programs(num_envs, horizon, updates, old_networks=None, chunks=(),
     key = jax.random.PRNGKey(0)
     start = time.perf_counter()
     old_row = name in ("gru (old)", "gru (old ppo_sequence)")
-    module = old_ppo if old_row and old_ppo else ppo_sequence
+    module = old_ppo if old_row and old_ppo else ppo_agent
     current = module.sn
     module.sn = old_networks if name == "gru (old)" else current
     if name == "gru (old gru.py)":       # old_gru = (gru module, its sequence_networks)
-      module.sn, ppo_sequence.gru = old_gru[1], old_gru[0]
+      module.sn, ppo_agent.gru = old_gru[1], old_gru[0]
+    nets.sequence = module.sn if module is ppo_agent else current   # what builds the net
     try:
       with fast_paths.use(name != "gru (plain)"):
         if old_row:
@@ -191,7 +193,7 @@ def ppo_programs(num_envs, horizon, updates, old_networks=None, chunks=(),
           train = algos.make_train(c)
         fn = jax.jit(train).lower(key).compile()
     finally:
-      module.sn, ppo_sequence.gru = current, gru
+      module.sn, ppo_agent.gru, nets.sequence = current, gru, current
     jax.block_until_ready(fn(key))
     compile_s[name] = time.perf_counter() - start
     fns[name] = (fn, (key,))

@@ -18,7 +18,7 @@ def masked_mean(x: Array, mask: Array) -> Array:
   return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
-def has_success(config) -> bool:
+def has_success(config, env=None) -> bool:
   """Whether `config.env_name` has a notion of success the recipes report as `success`.
 
   credit_jax's own environments (`envs.CreditEnv`: KeyChain and the goal environments)
@@ -27,12 +27,14 @@ def has_success(config) -> bool:
   chains, `credit_jax/envs/bsuite.py`) report `info["success"]` instead (see
   `success_signal`). gymnax's environments (CartPole, ...) have none, except the ids of
   `credit_jax/envs/success.py` whose rule the recipes' test agrees with (Catch,
-  MemoryChain: the final reward is the only one).
+  MemoryChain: the final reward is the only one). `env`: what `envs.make` gave for
+  `config` (None: made here).
   """
-  try:
-    env, _ = envs.make(config.env_name, **dict(config.get("env_kwargs", {}) or {}))
-  except ValueError:
-    return False
+  if env is None:
+    try:
+      env, _ = envs.make(config.env_name, **dict(config.get("env_kwargs", {}) or {}))
+    except ValueError:
+      return False
   rule = envs.success.rule_for(config.env_name)
   return isinstance(env, envs.CreditEnv) or (rule is not None and rule.recipes_agree)
 

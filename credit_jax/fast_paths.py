@@ -24,7 +24,7 @@ on a 2-core CPU (BENCHMARKS.md) are used:
 The GRU of `credit_jax/nets/sequence.py` has fast paths of its own, equal up to float
 rounding: written-out tanh/sigmoid and a hand-written backward (`credit_jax/nets/gru.py`), and
 GRU PPO's GAE reading the values its rollout computed instead of replaying the window
-(`credit_jax/algos/ppo_sequence.py`).
+(`credit_jax/algos/ppo_agent.py`).
 
 The switch is read when a function is traced. Functions already traced or compiled (a
 `jax.jit` wrapper called before, a `.compile()`d executable) keep what they were traced

@@ -11,7 +11,7 @@ import pytest
 from credit_jax import algos, envs, rollout
 from credit_jax.runtime import checkpoint, metrics
 from credit_jax.runtime import run as runner
-from credit_jax.algos import train as train_lib, grpo, losses, ppo, reinforce
+from credit_jax.algos import train as train_lib, grpo, losses, ppo, ppo_agent, reinforce
 from credit_jax import episodes
 from credit_jax.types import Trajectory
 from config_files import load_config
@@ -270,7 +270,7 @@ def test_ppo_advantages_bootstrap_truncation_from_final_obs():
                     truncated=jnp.array([[True], [False], [False]]),
                     log_probs=jnp.zeros((3, 1)), final_obs=final_obs,
                     valid=jnp.ones((3, 1), bool), extras={}, info={})
-  adv, values = ppo.advantages_with_boundaries(lambda o: o[..., 0], traj,
+  adv, values = ppo_agent.advantages_with_boundaries(lambda o: o[..., 0], traj,
                                                jnp.array([[7.0]]), 0.5, 0.9)
   np.testing.assert_allclose(values, obs[..., 0])
   expected_t2 = 1.0 + 0.5 * 7.0 - 3.0
@@ -291,13 +291,13 @@ def test_ppo_advantages_with_a_truncation_bound_match_the_full_value_pass():
   assert bound == 4 and int(traj.truncated.sum(axis=0).max()) == 4
   assert 0 < int(traj.terminated.sum())
   value_fn = lambda o: jnp.tanh(o @ jnp.array([0.3, -1.0, 2.0, 0.5])) + o[..., 0] ** 2
-  full, v_full = ppo.advantages_with_boundaries(value_fn, traj, next_obs, 0.9, 0.8)
-  bounded, v_b = ppo.advantages_with_boundaries(value_fn, traj, next_obs, 0.9, 0.8,
+  full, v_full = ppo_agent.advantages_with_boundaries(value_fn, traj, next_obs, 0.9, 0.8)
+  bounded, v_b = ppo_agent.advantages_with_boundaries(value_fn, traj, next_obs, 0.9, 0.8,
                                                 max_truncations=bound)
   np.testing.assert_allclose(bounded, full, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(v_b, v_full, rtol=1e-6)
   # A bound that is too small poisons exactly the columns that exceed it.
-  low, _ = ppo.advantages_with_boundaries(value_fn, traj, next_obs, 0.9, 0.8,
+  low, _ = ppo_agent.advantages_with_boundaries(value_fn, traj, next_obs, 0.9, 0.8,
                                           max_truncations=3)
   over = np.asarray(traj.truncated.sum(axis=0)) > 3
   assert over.any() and not over.all()
@@ -305,7 +305,7 @@ def test_ppo_advantages_with_a_truncation_bound_match_the_full_value_pass():
   np.testing.assert_allclose(np.asarray(low)[:, ~over], np.asarray(full)[:, ~over],
                              rtol=1e-5, atol=1e-6)
   with pytest.raises(ValueError, match="max_truncations"):
-    ppo.advantages_with_boundaries(value_fn, traj, next_obs, 0.9, 0.8, max_truncations=-1)
+    ppo_agent.advantages_with_boundaries(value_fn, traj, next_obs, 0.9, 0.8, max_truncations=-1)
 
 
 # --- whole recipes, tiny shapes -----------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from credit_jax import diagnostics, envs, nets
 from credit_jax.addons import gae_probe
-from credit_jax.algos.ppo_critics import OracleFeatureWrapper
+from credit_jax.algos.ppo_agent import OracleFeatureWrapper
 from credit_jax.envs.keychain import KeyChain
 
 T, K, A = 3, 2, 2

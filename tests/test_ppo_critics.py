@@ -1,4 +1,4 @@
-"""Tests for PPO's independent critics (credit_jax.algos.ppo_critics) and KeyChain's
+"""Tests for PPO's independent critics (credit_jax.algos.ppo_agent) and KeyChain's
 oracle feature."""
 
 import jax
@@ -9,7 +9,7 @@ import pytest
 
 from credit_jax import algos, envs, rollout
 from credit_jax.addons import gae_probe
-from credit_jax.algos import train as train_lib, ppo, ppo_critics
+from credit_jax.algos import train as train_lib, ppo, ppo_agent
 from config_files import load_config_module
 
 collect = jax.jit(rollout.collect, static_argnums=(0, 2, 7))
@@ -30,13 +30,13 @@ def keychain_config(kind="mlp", critic_kind="same", oracle=False, **env_kwargs):
 
 def test_default_critic_is_the_unchanged_path():
   # "same" and a config from before the fields compile the same program as each other
-  # (the MLP path of ppo.py and the sequence path of ppo_sequence.py).
+  # (the flat and the sequence agents of ppo_agent.py).
   key = jax.random.PRNGKey(0)
   for kind in ("mlp", "gru"):
     c = keychain_config(kind)
     old = ml_collections.ConfigDict(c.to_dict())
     del old.network["critic_kind"], old.network["critic_oracle"]
-    assert not ppo_critics.separate_critic(old) and not ppo_critics.separate_critic(c)
+    assert not ppo_agent.separate_critic(old) and not ppo_agent.separate_critic(c)
     program = str(jax.make_jaxpr(algos.make_train(c))(key))
     assert str(jax.make_jaxpr(algos.make_train(old))(key)) == program
     assert "critic" not in str(algos.make_train(c).init(key).params.keys())
@@ -64,7 +64,7 @@ def reference_oracle(traj, num_pivotal):
 def test_oracle_feature_is_keychain_ground_truth(time_limit):
   extra = {} if time_limit is None else {"max_steps_in_episode": time_limit}
   env, params = envs.make("KeyChain-v0", horizon=6, num_pivotal=2, num_actions=2, **extra)
-  wrapped = ppo_critics.OracleFeatureWrapper(env)
+  wrapped = ppo_agent.OracleFeatureWrapper(env)
   assert wrapped.num_features == 2 and env.ORACLE_FEATURES == ("all_correct", "pivotal_left")
   obs, state = rollout.reset(wrapped, params, jax.random.PRNGKey(0), 32)
   traj, _ = collect(wrapped, params, rollout.uniform_random_policy(2), None,
@@ -110,9 +110,9 @@ def test_sequence_critic_values_and_bootstraps_follow_its_carry_across_windows(
   # bootstrapped from the final observation's value under the carry at that step.
   c = keychain_config("mlp", critic_kind, True,
                       **({"max_steps_in_episode": time_limit} if time_limit else {}))
-  env, env_params, num_oracle = ppo_critics.make_env(c)
-  actor, critic, obs_shape = ppo_critics.make_parts(c, env, env_params, num_oracle)
-  policy = ppo_critics.make_policy(actor, critic, "sequence")
+  env, env_params, num_oracle = ppo_agent.make_env(c)
+  actor, critic, obs_shape = ppo_agent.make_parts(c, env, env_params, num_oracle)
+  policy = ppo_agent.make_policy(actor, critic, "sequence")
   params = {"actor": actor.init(jax.random.PRNGKey(0), obs_shape),
             "critic": critic.init(jax.random.PRNGKey(1), obs_shape)}
   kernel = params["actor"]["params"]["pi_torso"]["Dense_0"]["kernel"]
@@ -124,8 +124,8 @@ def test_sequence_critic_values_and_bootstraps_follow_its_carry_across_windows(
   traj2, (_, next_obs, ps2) = collect(env, env_params, policy, params,
                                       jax.random.PRNGKey(4), env_state, obs, 6, ps1)
   gamma, lam = 0.9, 0.8
-  adv, values = ppo_critics.values_and_advantages(critic, params["critic"], traj2, ps1,
-                                                  next_obs, ps2, gamma, lam)
+  adv, values = ppo_agent.critic_advantages(critic, params["critic"], traj2, ps1,
+                                            next_obs, ps2, gamma, lam)
   # Reference: step the critic through windows 1 and 2, one step at a time.
   step = jax.jit(jax.vmap(lambda c, o, a, r: critic.step(params["critic"], c, o, a, r)))
   initial = rollout.initial_policy_state(policy, 3)
@@ -242,7 +242,7 @@ def test_gae_gradient_metrics_every_n_updates_leave_training_unchanged():
   np.testing.assert_array_equal(m1["gae_grad_measured"], [1.0, 0.0, 1.0])
   # Update 0's figures are make_ppo_measure's at the initial parameters.
   state = measured.init(key)
-  direct = jax.jit(ppo_critics.make_ppo_measure(c))(
+  direct = jax.jit(ppo_agent.make_ppo_measure(c))(
       state.params, jax.random.fold_in(state.key, 0x6AE), c.gamma, c.gae_lambda)
   for name, value in direct.items():
     np.testing.assert_allclose(m1["gae_grad_" + name][0], value, rtol=1e-5, err_msg=name)
@@ -253,12 +253,12 @@ def test_episode_values_of_a_gru_critic_equal_stepping_it():
   # What the measurement weighs the episodes with: the GRU critic from its initial carry,
   # fed the previous action and reward, on the oracle-augmented observations.
   c = keychain_config("mlp", "gru", True)
-  env, env_params, num_oracle = ppo_critics.make_env(c)
-  _, critic, obs_shape = ppo_critics.make_parts(c, env, env_params, num_oracle)
+  env, env_params, num_oracle = ppo_agent.make_env(c)
+  _, critic, obs_shape = ppo_agent.make_parts(c, env, env_params, num_oracle)
   params = critic.init(jax.random.PRNGKey(0), obs_shape)
   traj = rollout.collect_episodes(env, env_params, rollout.uniform_random_policy(2), None,
                                   jax.random.PRNGKey(1), 3, 5)
-  values = ppo_critics.episode_values(critic, params, traj)
+  values = ppo_agent.episode_values(critic, params, traj)
   step = jax.vmap(lambda c, o, a, r: critic.step(params, c, o, a, r))
   carry = jax.tree.map(lambda x: jnp.broadcast_to(x, (3,) + x.shape), critic.initial_carry())
   prev_a, prev_r = jnp.full((3,), -1, jnp.int32), jnp.zeros((3,))
@@ -277,7 +277,7 @@ def test_gae_gradient_under_a_gru_critic_is_unbiased_at_lambda_one():
   # A sharper actor than at init (J = 0.065 against 1/16 for the uniform one).
   params = {"actor": jax.tree.map(lambda x: 8.0 * x, params["actor"]),
             "critic": params["critic"]}
-  stats = jax.jit(ppo_critics.make_ppo_measure(c))(params, jax.random.PRNGKey(1), 1.0, 1.0)
+  stats = jax.jit(ppo_agent.make_ppo_measure(c))(params, jax.random.PRNGKey(1), 1.0, 1.0)
   # Measured: bias 0.0 (debiased estimate), cosine 0.995 (two keys: 0.98-0.995).
   assert float(stats["bias"]) < 0.25 and float(stats["cosine"]) > 0.9
   assert abs(float(stats["success"]) - float(stats["objective"])) < 0.02
@@ -308,6 +308,6 @@ def test_critic_keychain_config_variants_validate_and_build(variant):
   c = module.get_config(variant)
   train = algos.make_train(c)
   assert isinstance(train, train_lib.MeasuredTrain) and c.network.kind == "mlp"
-  assert ppo_critics.separate_critic(c) == (variant != "obs")
+  assert ppo_agent.separate_critic(c) == (variant != "obs")
   with pytest.raises(ValueError, match="unknown variant"):
     module.get_config("huge")

@@ -1,5 +1,5 @@
 """Tests for sequence policies: the rollout carry, the GRU and transformer networks, and PPO
-with them (credit_jax.nets.sequence, rollout's PolicyState, algos.ppo_sequence)."""
+with them (credit_jax.nets.sequence, rollout's PolicyState, algos.ppo_agent)."""
 
 import jax
 import jax.numpy as jnp
@@ -291,7 +291,7 @@ def test_gru_ppo_learns_delayed_cues_an_mlp_cannot():
   train = algos.make_train(c)
   state, m = jax.jit(train)(jax.random.PRNGKey(c.seed))
   env, params = train_lib.make_env(c)
-  network, _ = ppo.ppo_sequence.make_network(c, env, params)
+  network, _ = train_lib.make_network(c, env, params, value_head=True)
   gru = sampled_success(env, params, sn.make_sequence_policy(network, value=False),
                         state.params)
   c.network.kind = "mlp"

@@ -1,5 +1,5 @@
 """GRU PPO's values from its own rollout and truncated BPTT from stored hidden states
-(credit_jax/algos/ppo_sequence.py: `gru_values_and_advantages`, `network.bptt_chunk`).
+(credit_jax/algos/ppo_agent.py: `gru_values_and_advantages`, `network.bptt_chunk`).
 
 References: the replay of the whole window (`values_and_advantages`, the previous path),
 the rollout's own log-probs, and a truncated-BPTT loss written independently (a Python
@@ -15,7 +15,7 @@ import pytest
 from credit_jax import algos, envs, fast_paths, rollout
 from credit_jax.nets import sequence as sn
 from config_files import load_config
-from credit_jax.algos import train as train_lib, losses, ppo_sequence
+from credit_jax.algos import train as train_lib, losses, ppo_agent
 
 collect = jax.jit(rollout.collect, static_argnums=(0, 2, 7))
 HP = {"clip_eps": 0.2, "vf_coef": 0.5, "ent_coef": 0.01}
@@ -48,9 +48,9 @@ def test_rollout_values_equal_the_replay(shared, fast):
   with fast_paths.use(fast):
     params, _, traj, ps, obs2, ps2 = _window(net, env, env_params, 20)
     assert bool(jnp.any(traj.truncated[1:]))
-    new = jax.jit(lambda p, t, o, s: ppo_sequence.gru_values_and_advantages(
+    new = jax.jit(lambda p, t, o, s: ppo_agent.gru_values_and_advantages(
         net, p, t, o, s, 0.9, 0.8))(params, traj, obs2, ps2)
-    old = jax.jit(lambda p, t, c, o, s: ppo_sequence.values_and_advantages(
+    old = jax.jit(lambda p, t, c, o, s: ppo_agent.replay_advantages(
         net, p, t, c, o, s, 0.9, 0.8)[:2])(params, traj, ps, obs2, ps2)
   # Up to float rounding (the rollout's [B]-row matmuls and the replay's [T]-row ones
   # round differently): advantages ~ 1-5, so a few float32 ulps.
@@ -60,10 +60,10 @@ def test_rollout_values_equal_the_replay(shared, fast):
   # (k from the time limit); a column with more than k truncations gets NaN.
   k = rollout.max_truncations(env, env_params, 20)
   assert k == 4
-  few = ppo_sequence.gru_values_and_advantages(net, params, traj, obs2, ps2, 0.9, 0.8,
+  few = ppo_agent.gru_values_and_advantages(net, params, traj, obs2, ps2, 0.9, 0.8,
                                                max_truncations=k)
   np.testing.assert_allclose(few[0], new[0], rtol=2e-6, atol=2e-6)
-  one = ppo_sequence.gru_values_and_advantages(net, params, traj, obs2, ps2, 0.9, 0.8,
+  one = ppo_agent.gru_values_and_advantages(net, params, traj, obs2, ps2, 0.9, 0.8,
                                                max_truncations=1)
   several = np.asarray(jnp.sum(traj.truncated, axis=0) > 1)
   assert several.any()
@@ -72,7 +72,7 @@ def test_rollout_values_equal_the_replay(shared, fast):
                              atol=2e-6)
   assert not np.any(np.isnan(few[0]))
   # A wrong final value at a truncation would move the advantages by far more.
-  moved = ppo_sequence.gru_values_and_advantages(
+  moved = ppo_agent.gru_values_and_advantages(
       net, params, traj._replace(final_obs=traj.final_obs + 1.0), obs2, ps2, 0.9, 0.8)
   assert float(jnp.max(jnp.abs(moved[0] - old[0]))) > 1e-3
   # Keeping the values and carries does not change what the rollout does.
@@ -87,11 +87,11 @@ def test_rollout_values_equal_the_replay(shared, fast):
   np.testing.assert_array_equal(t_bare.actions, t_kept.actions)
   np.testing.assert_array_equal(t_bare.log_probs, t_kept.log_probs)
   with pytest.raises(ValueError, match="carry=True"):
-    ppo_sequence.gru_values_and_advantages(net, params, t_bare, obs2, ps2, 0.9, 0.8)
+    ppo_agent.gru_values_and_advantages(net, params, t_bare, obs2, ps2, 0.9, 0.8)
 
 
 def _loss_data(net, params, traj, ps, obs2, ps2):
-  adv, values = ppo_sequence.gru_values_and_advantages(net, params, traj, obs2, ps2,
+  adv, values = ppo_agent.gru_values_and_advantages(net, params, traj, obs2, ps2,
                                                         0.9, 0.8)
   prev_a, prev_r, starts = rollout.sequence_inputs(traj, ps)
   data = {"obs": traj.obs, "prev_actions": prev_a, "prev_rewards": prev_r,
@@ -106,7 +106,7 @@ def test_chunked_loss_replays_the_rollout_and_truncates_the_gradient():
   num_steps, chunk = 12, 4
   params, _, traj, ps, obs2, ps2 = _window(net, env, env_params, num_steps)
   data = _loss_data(net, params, traj, ps, obs2, ps2)
-  carries = ppo_sequence.chunk_carries(ps.carry, traj.extras["carry"], chunk)
+  carries = ppo_agent.chunk_carries(ps.carry, traj.extras["carry"], chunk)
   for leaf, c0 in zip(jax.tree.leaves(carries), jax.tree.leaves(ps.carry)):
     assert leaf.shape == (3, num_steps // chunk) + c0.shape[1:]
   # The stored carries are the full replay's hidden states after steps 3 and 7.
@@ -118,7 +118,8 @@ def test_chunked_loss_replays_the_rollout_and_truncates_the_gradient():
   np.testing.assert_allclose(net.stack(carries)[:, 1:], hs[:, chunk - 1:-1:chunk],
                              atol=1e-6)
   loss_fn = jax.jit(jax.value_and_grad(
-      lambda p, mb, c: ppo_sequence._loss(net, False, c, p, mb, HP), has_aux=True),
+      lambda p, mb, c: losses.ppo_objective(*ppo_agent.window_outputs(net, c, p, mb), mb,
+                                            HP, False), has_aux=True),
       static_argnums=2)
   (loss, aux), grads = loss_fn(params, {**data, "carry": carries}, chunk)
   # Forward: the rollout's log-probs, so the ratio is 1.
@@ -212,7 +213,7 @@ def test_gru_ppo_with_bptt_chunks_learns_delayed_cues():
   keys = jnp.stack([jax.random.PRNGKey(c.seed + i) for i in range(3)])
   states, m = jax.jit(jax.vmap(algos.make_train(c)))(keys)
   env, params = train_lib.make_env(c)
-  network, _ = ppo_sequence.make_network(c, env, params)
+  network, _ = train_lib.make_network(c, env, params, value_head=True)
   evaluate = jax.jit(rollout.collect_episodes, static_argnums=(0, 2, 5, 6))
   policy = sn.make_sequence_policy(network, value=False)
   success = []

@@ -8,7 +8,7 @@ import pytest
 
 from credit_jax import algos, nets, rollout
 from credit_jax.nets import sequence as sn
-from credit_jax.algos import (train as train_lib, grpo, grpo_sequence, ppo_sequence,
+from credit_jax.algos import (train as train_lib, grpo, grpo_sequence,
                               reinforce)
 from credit_jax.types import PolicyState
 
@@ -33,7 +33,7 @@ def test_group_replay_reproduces_the_rollout_log_probs(kind):
   c = delayed_cue_config(kind, horizon=6, cue_delay=2)
   c.env_kwargs.num_pivotal = 2
   env, env_params = train_lib.make_env(c)
-  network, obs_shape = ppo_sequence.make_network(c, env, env_params)
+  network, obs_shape = train_lib.make_network(c, env, env_params, value_head=True)
   params = sn.init_params(network, jax.random.PRNGKey(0), obs_shape)
   # Larger weights than at init, so the logits (and a wrong replay) are far from uniform.
   params = jax.tree.map(lambda x: 3.0 * x, params)
@@ -152,7 +152,7 @@ def reinforce_config(kind, credit="gae", baseline="value"):
 def test_reinforce_replay_reproduces_the_rollout(kind):
   c = reinforce_config(kind)
   env, env_params = train_lib.make_env(c)
-  network, obs_shape = ppo_sequence.make_network(c, env, env_params)
+  network, obs_shape = train_lib.make_network(c, env, env_params, value_head=True)
   params = jax.tree.map(lambda x: 3.0 * x,
                         sn.init_params(network, jax.random.PRNGKey(0), obs_shape))
   policy = sn.make_sequence_policy(network, value=True)

@@ -39,7 +39,7 @@ with gamma < 1 it targets a discounted objective and is biased against grad J ev
 
 Everything is pure and jittable: `make_measure(...)` returns
 `measure(actor_params, critic_params, key, gamma, gae_lambda) -> {name: []}`, which a
-training loop calls at checkpoints. For PPO, `ppo_critics.make_ppo_measure(config)`
+training loop calls at checkpoints. For PPO, `ppo_agent.make_ppo_measure(config)`
 builds `measure(params, key, gamma, gae_lambda)` on PPO's own parameters, and the config
 field `gae_gradient_every = N > 0` makes PPO's `run` report it every N updates as metrics
 `gae_grad_<name>` (`MeasuredTrain`).
@@ -154,7 +154,7 @@ def make_episode_gradients(env, env_params, logits_fn: LogitsFn, value_fn: Value
 
   Args:
     env, env_params: KeyChain-v0, or a wrapper of it whose observations start with
-      KeyChain's `[A + 2]` (e.g. `ppo_critics.OracleFeatureWrapper`), with cue_delay 0.
+      KeyChain's `[A + 2]` (e.g. `ppo_agent.OracleFeatureWrapper`), with cue_delay 0.
     logits_fn: the actor on KeyChain's own observations (see `LogitsFn`).
     value_fn: the critic on N whole episodes (see `ValueFn`).
     num_episodes: N >= 2 fresh episodes per call (static).
@@ -222,9 +222,10 @@ def make_measure(env, env_params, logits_fn: LogitsFn, value_fn: ValueFn,
 # At checkpoints of a training run.
 
 
-def validate_config(config) -> None:
+def validate_config(config, made=None) -> None:
   """The fields `gae_gradient_every` and `gae_gradient_episodes` of a recipe config (PPO's,
-  `ppo_critics.add_critic_fields`); raises `ConfigError` naming the field."""
+  `ppo_agent.add_fields`); raises `ConfigError` naming the field. `made`: what
+  `envs.make` gave for `config`, `(env, env_params)` (None: made here)."""
   req = require
   every = int(config.get("gae_gradient_every", 0) or 0)
   req(every >= 0, "gae_gradient_every", f"must be >= 0 (0: off), got {every}")
@@ -242,13 +243,13 @@ def validate_config(config) -> None:
       "the exact gradient needs history_window=0 (an actor on the current observation)")
   req(int(config.get("retry_attempts", 0) or 0) == 0, "gae_gradient_every",
       "the exact gradient needs retry_attempts=0")
+  if made is None:
+    try:
+      made = envs.make(config.env_name, **dict(config.get("env_kwargs", {}) or {}))
+    except ValueError:
+      return   # the recipe's validation reports the environment itself
   try:
-    env, env_params = envs.make(config.env_name,
-                                **dict(config.get("env_kwargs", {}) or {}))
-  except ValueError:
-    return   # the recipe's validation reports the environment itself
-  try:
-    check_exact(keychain_of(env), env_params)
+    check_exact(keychain_of(made[0]), made[1])
   except ValueError as e:
     req(False, "gae_gradient_every", str(e))
 

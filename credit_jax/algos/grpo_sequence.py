@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from credit_jax.addons import features, hooks as hooks_lib
 from credit_jax import rollout
 from credit_jax.nets import sequence as sn
-from credit_jax.algos import train as train_lib, group_update, ppo_sequence
+from credit_jax.algos import train as train_lib, group_update
 from credit_jax.types import PolicyState
 
 NETWORK_KINDS = train_lib.FLAT_KINDS + sn.KINDS
@@ -54,14 +54,8 @@ def validate_network(config, sequence_ok: bool = True) -> None:
   req(sequence_ok or kind in train_lib.FLAT_KINDS, "network.kind",
       f"recipe {config.get('algo', '?')!r} runs memoryless policies only "
       f"{train_lib.FLAT_KINDS}, got {kind!r}")
-  if kind in train_lib.FLAT_KINDS:
-    return
-  net = config.network
-  for f, default in (("gru_size", 64), ("d_model", 32), ("num_heads", 2),
-                     ("num_layers", 1), ("max_len", 64)):
-    req(int(net.get(f, default)) >= 1, f"network.{f}", f"must be >= 1, got {net.get(f)}")
-  req(int(net.get("d_model", 32)) % int(net.get("num_heads", 2)) == 0, "network.d_model",
-      f"must be divisible by network.num_heads={net.get('num_heads', 2)}")
+  if kind not in train_lib.FLAT_KINDS:
+    train_lib.validate_sequence_fields(config)
 
 
 def replay_logits(network, params, traj_obs, prev_actions, prev_rewards, starts):
@@ -106,7 +100,7 @@ def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
   the feature objects it was given. The hooks fill the slots they fill in `grpo.py`; an
   estimator sees the policy's logits through each episode's replay."""
   env, env_params = features.wrap_env(config, *train_lib.make_env(config), passed)
-  network, obs_shape = ppo_sequence.make_network(config, env, env_params)
+  network, obs_shape = train_lib.make_network(config, env, env_params, value_head=True)
   policy = sn.make_sequence_policy(network, value=False)
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
    kind, agg) = static

@@ -26,7 +26,7 @@ through the rollout (`rollout.collect_episodes` with a `SequencePolicy`), and th
 each whole episode from the initial carry with `nets.sequence.unroll` (the steps after the
 episode's end start from a reset carry and are masked out); credit "gae" bootstraps a truncated
 step from the value of its final observation read as the next token of its episode. Network
-fields: as `credit_jax/algos/ppo_sequence.py`.
+fields: as PPO's (`credit_jax/algos/ppo_agent.py`).
 
 `config.explore_epsilon` (memoryless networks): the policy acts and learns as
 `(1 - eps) pi + eps / A`, gradients through the mixture (COCOA's exploration,
@@ -46,7 +46,7 @@ import ml_collections
 from credit_jax import returns
 from credit_jax import nets, rollout
 from credit_jax.addons import features as features_lib, hooks as hooks_lib
-from credit_jax.algos import train as train_lib, grpo_sequence, losses, ppo_sequence
+from credit_jax.algos import train as train_lib, grpo_sequence, losses
 from credit_jax import episodes
 from credit_jax.nets import sequence as sn
 from credit_jax.types import PolicyState
@@ -171,7 +171,7 @@ def replay_sequence(network, params, traj, final: bool):
 
 
 def _sequence_model(config, env, env_params, with_value: bool) -> Model:
-  network, obs_shape = ppo_sequence.make_network(config, env, env_params)
+  network, obs_shape = train_lib.make_network(config, env, env_params, value_head=True)
   return Model(
       init=lambda k: sn.init_params(network, k, obs_shape),
       policy=sn.make_sequence_policy(network, value=with_value),

@@ -19,7 +19,7 @@ Because the RNG key lives in the state, chunked and unchunked runs produce the s
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import flax.struct
 import jax
@@ -147,19 +147,22 @@ def _validate_shared(config) -> None:
       f"must be >= 1, got {config.keep_checkpoints}")
 
 
-def _validate_env(config) -> None:
+def _validate_env(config):
+  """`(made, env, env_params)`: `envs.make`'s `(env, env_params)` and `make_env`'s."""
   try:
     envs.resolve(config.env_name)   # an unknown id: "did you mean", the ids listed
   except ValueError as e:
     raise ConfigError(f"config.env_name: {e}") from None
   try:
-    make_env(config)
+    made = envs.make(config.env_name, **dict(config.get("env_kwargs", {}) or {}))
+    env, env_params = make_env(config, made)
   except ConfigError:   # a config wrapper's own check (features.CONFIG_WRAPPERS)
     raise
   except ValueError as e:
     raise ConfigError(
         f"config.env_kwargs: cannot make {config.env_name!r} with "
         f"{dict(config.env_kwargs)}: {e}") from e
+  return made, env, env_params
 
 
 def _unwrapped(env):
@@ -216,12 +219,34 @@ def check_rollout_horizon(config, env, env_params, field: str = "horizon") -> No
       f"--config.env_kwargs.horizon={horizon}")
 
 
+class Checked(NamedTuple):
+  """A config its recipe validated, with the environment the validation made: what
+  `make_train(checked)` builds on without validating or making the environment again
+  (`credit_jax/runtime/run.py` validates a run's config once, then builds on this)."""
+  config: Any
+  features: Tuple[hooks.Feature, ...]   # the feature objects given beside the registry's
+  made: Tuple[Any, Any]                 # envs.make's (env, env_params) for config
+  env: Any                              # make_env's: the retry and history wrappers on
+  env_params: Any
+
+
+def checked(config, features, validate_fn: Callable) -> Checked:
+  """`config` itself where it is a `Checked` (then `features` must be empty or its own),
+  else `validate_fn(config, features)`: the first line of a recipe's `make_train`."""
+  if isinstance(config, Checked):
+    if tuple(features) not in ((), config.features):
+      raise ValueError("features: a Checked config carries the features it was "
+                       "validated with; pass none beside it")
+    return config
+  return validate_fn(config, tuple(features))
+
+
 def validate(config, algo: str, fields_fn: Callable[[Any], None],
              recipe: Optional[hooks.Recipe] = None,
-             passed: Tuple[hooks.Feature, ...] = (), whole_episodes: bool = False
-             ) -> None:
+             passed: Tuple[hooks.Feature, ...] = (), whole_episodes: bool = False,
+             env_fn: Optional[Callable[[Checked], None]] = None) -> Checked:
   """A recipe's whole `validate_config`: shared fields, the recipe's own, its hooks, the
-  environment.
+  environment; returns the `Checked` config.
 
   `whole_episodes`: the recipe declares that its `config.horizon` is the rollout length
   of whole episodes (every episode of an update starts at step 0 and the loss sees its
@@ -235,7 +260,9 @@ def validate(config, algo: str, fields_fn: Callable[[Any], None],
   `recipe` does not accept (`None`: a recipe that accepts none), an accepted one is
   validated; then
   the environment must be makeable with `config.env_kwargs`, and an episodic recipe's
-  rollout (`config.horizon`) must hold a whole episode. Nothing is compiled.
+  rollout (`config.horizon`) must hold a whole episode; last `env_fn(checked)`, the
+  recipe's checks that read the environment. The environment is made once; nothing is
+  compiled.
   """
   require(config.get("algo") == algo, "algo",
           f"this is the {algo!r} recipe's validation, got algo={config.get('algo')!r}")
@@ -243,10 +270,13 @@ def validate(config, algo: str, fields_fn: Callable[[Any], None],
   fields_fn(config)
   features.check(config, recipe if recipe is not None else hooks.Recipe(algo), passed,
                  SHARED_BLOCKS)
-  _validate_env(config)
+  made, env, env_params = _validate_env(config)
   if whole_episodes:
-    env, env_params = make_env(config)
     check_rollout_horizon(config, env, env_params)
+  out = Checked(config, tuple(passed), made, env, env_params)
+  if env_fn is not None:
+    env_fn(out)
+  return out
 
 
 @flax.struct.dataclass
@@ -396,11 +426,13 @@ def _raw_key(key: Array) -> Array:
 
 # --- environments and networks --------------------------------------------------------
 
-def make_env(config):
+def make_env(config, made=None):
   """`(env, env_params)` for `config.env_name` with `config.env_kwargs` overrides, wrapped in
-  a `HistoryWrapper` of `config.history_window` observations when that is > 0."""
-  kwargs = dict(config.get("env_kwargs", {}) or {})
-  env, env_params = envs.make(config.env_name, **kwargs)
+  a `HistoryWrapper` of `config.history_window` observations when that is > 0. `made`:
+  `envs.make`'s `(env, env_params)` for `config` where the caller has them (a
+  `Checked`'s), else made here."""
+  env, env_params = made or envs.make(config.env_name,
+                                      **dict(config.get("env_kwargs", {}) or {}))
   # wrappers a top-level field turns on (retry episodes, addons/critique.py)
   env, env_params = features.config_wrappers(config, env, env_params)
   window = int(config.get("history_window", 0) or 0)
@@ -418,12 +450,42 @@ def flat_network(config) -> bool:
   return str(config.network.get("kind", "mlp")) in FLAT_KINDS
 
 
+def sequence_kwargs(net, kind: str) -> dict:
+  """The constructor arguments of a `kind` ("gru" | "transformer") sequence network from
+  the fields of `config.network` (`net`)."""
+  if kind == "gru":
+    return dict(hidden_size=int(net.get("gru_size", 64)),
+                encoder_sizes=tuple(net.hidden_sizes), activation=net.activation,
+                shared_torso=bool(net.shared_torso))
+  return dict(d_model=int(net.get("d_model", 32)), num_heads=int(net.get("num_heads", 2)),
+              num_layers=int(net.get("num_layers", 1)), max_len=int(net.get("max_len", 64)))
+
+
+def validate_sequence_fields(config) -> None:
+  """The sequence networks' fields of `config.network` (`add_network_kind`); raises
+  `ConfigError` naming the field."""
+  net = config.network
+  for f, default in (("gru_size", 64), ("d_model", 32), ("num_heads", 2),
+                     ("num_layers", 1), ("max_len", 64)):
+    require(int(net.get(f, default)) >= 1, f"network.{f}",
+            f"must be >= 1, got {net.get(f)}")
+  require(int(net.get("d_model", 32)) % int(net.get("num_heads", 2)) == 0,
+          "network.d_model", f"must be divisible by network.num_heads="
+          f"{net.get('num_heads', 2)}")
+
+
 def make_network(config, env, env_params, value_head: bool):
-  """The actor-critic for `config.network` on `env`'s observations: an MLP, or a table /
-  linear policy (`network.kind` "tabular" | "linear", `credit_jax/nets/tabular.py`)."""
+  """`(network, obs_shape)`: the actor-critic for `config.network` on `env`'s
+  observations: an MLP, a table / linear policy (`network.kind` "tabular" | "linear",
+  `credit_jax/nets/tabular.py`), or a sequence network ("gru" | "transformer",
+  `credit_jax/nets/sequence.py`, whose value head is always there)."""
   net = config.network
   obs_shape = env.observation_space(env_params).shape
   kind = str(net.get("kind", "mlp"))
+  if kind in nets.sequence.KINDS:
+    return nets.sequence.make_sequence_network(
+        kind, env.num_actions, obs_rank=len(obs_shape), **sequence_kwargs(net, kind)), \
+        obs_shape
   if kind in nets.tabular.KINDS:
     try:
       network = nets.make_table_network(kind, env, obs_shape, value_head,

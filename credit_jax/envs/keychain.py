@@ -108,7 +108,7 @@ success. At the defaults it is left out so default rollouts stay bit-identical (
 is then exactly a positive return). `oracle_feature(state)` ([2] float32, jittable) is
 what an oracle-state critic may see of the hidden state (never the actor): whether every
 pivotal step so far was answered right, and the fraction of pivotal steps still ahead
-(see `credit_jax/algos/ppo_critics.py`).
+(see `credit_jax/algos/ppo_agent.py`).
 
 Actions are cast to int32. An action outside `[0, A)` (possible under jit, where nothing
 can raise) is a wrong answer at a pivotal step and has no effect elsewhere: it can never

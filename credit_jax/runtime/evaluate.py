@@ -31,10 +31,10 @@ the caller asked for that file).
 The policy comes from the recipe's `Train` (`env`, `env_params`, `eval_policy`); for a
 sequence network (`config.network.kind` "gru" / "transformer": PPO, GRPO, REINFORCE)
 it is built here from the config when the `Train` does not carry it: the same network
-(`algos.ppo_sequence.make_network`) on the config's environment, sampling as training
+(`algos.train.make_network`) on the config's environment, sampling as training
 does or (greedy) taking the most probable action, its memory carried by the rollout
 engine. Every built-in recipe is covered: the MLP / tabular / linear policies of PPO
-(its own value head or a critic of its own, `algos/ppo_critics.py`), GRPO, REINFORCE,
+(its own value head or a critic of its own, `algos/ppo_agent.py`), GRPO, REINFORCE,
 search_then_train, grpo_relabel (on its env's own goals) and hierarchy (manager and
 worker; greedy: both take their most probable choice); token_agent's LM on the run's own
 task split; DQN, whose greedy policy is argmax Q and whose sampled one is epsilon-greedy
@@ -56,7 +56,7 @@ import ml_collections
 import numpy as np
 
 from credit_jax import algos, envs, rollout, stats
-from credit_jax.algos import ppo_sequence, train as train_lib
+from credit_jax.algos import train as train_lib
 from credit_jax.nets import sequence as sequence_nets
 from credit_jax.runtime import checkpoint as ckpt_lib
 from credit_jax.runtime import run as run_lib
@@ -111,7 +111,7 @@ def evaluation(train, config) -> Tuple[Any, Any, Callable]:
   kind = str((config.get("network") or {}).get("kind", ""))
   if kind in sequence_nets.KINDS:
     env, env_params = train_lib.make_env(config)
-    network, _ = ppo_sequence.make_network(config, env, env_params)
+    network, _ = train_lib.make_network(config, env, env_params, value_head=True)
     sampled = sequence_nets.make_sequence_policy(network, value=False)
     greedy_policy = _greedy_sequence_policy(network)
     return env, env_params, lambda params, greedy=False: (
