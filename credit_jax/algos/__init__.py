@@ -71,6 +71,7 @@ a "small" variant; tests/test_contract.py then checks it (it needs a tiny varian
 from __future__ import annotations
 
 import sys
+from typing import Optional
 
 from credit_jax.algos import (train as train_lib, dqn, grpo, grpo_relabel, hierarchy,
                               ppo, reinforce, search_then_train, token_agent)
@@ -98,17 +99,21 @@ def _recipe(config):
   return RECIPES[config.algo]
 
 
-def validate_config(config, features=()) -> None:
+def validate_config(config, features=()) -> Optional[train_lib.Checked]:
   """Raises `ConfigError` naming the field when `config` cannot be trained.
 
   The recipe named by `config.algo` validates it (shared fields, its own fields, the
   features: the registry's and the objects in `features`, then that the environment can
-  be made); nothing is compiled.
+  be made); nothing is compiled. Returns the recipe's `train_lib.Checked` config where
+  it gives one (PPO, GRPO, REINFORCE), which `make_train` builds on without validating
+  or making the environment again; else None.
   """
-  _recipe(config).validate_config(config, features=tuple(features))
+  return _recipe(config).validate_config(config, features=tuple(features))
 
 
 def make_train(config, features=()) -> Train:
   """Validates `config` and returns its recipe's `Train`; `features`: feature objects
-  (`credit_jax.addons.hooks.Feature`) the recipe takes beside the registry's."""
-  return _recipe(config).make_train(config, features=tuple(features))
+  (`credit_jax.addons.hooks.Feature`) the recipe takes beside the registry's. `config`
+  may be the `Checked` one `validate_config` returned: it is built on as it is."""
+  inner = config.config if isinstance(config, train_lib.Checked) else config
+  return _recipe(inner).make_train(config, features=tuple(features))

@@ -105,11 +105,12 @@ def validate_fields(config) -> None:
   grpo_sequence.validate_network(config, config.get("algo", "grpo") == "grpo")
 
 
-def validate_config(config, features=()) -> None:
+def validate_config(config, features=()) -> train_lib.Checked:
   """Raises `ConfigError` naming the first field of `config` that cannot run
-  (`features`: the feature objects given to `make_train`)."""
-  train_lib.validate(config, "grpo", validate_fields, RECIPE, tuple(features),
-                     whole_episodes=True)
+  (`features`: the feature objects given to `make_train`); returns the `Checked` config
+  `make_train` builds on."""
+  return train_lib.validate(config, "grpo", validate_fields, RECIPE, tuple(features),
+                            whole_episodes=True)
 
 
 def aggregate(x, valid, kind: str):
@@ -123,13 +124,14 @@ def aggregate(x, valid, kind: str):
   return jnp.sum(x * valid) / x.size
 
 
-def settings(config):
+def settings(config, env=None):
   """The static settings GRPO's training program reads from `config`, in the order
   `(num_tasks, group, horizon, n_minibatches, n_epochs, n_updates, optimizer,
-  with_success, use_kl, advantage kind, loss aggregation)`."""
+  with_success, use_kl, advantage kind, loss aggregation)`; `env`: what `envs.make`
+  gave for `config` (None: made here)."""
   return (int(config.num_tasks), int(config.group_size), int(config.horizon),
           int(config.num_minibatches), int(config.update_epochs), int(config.num_updates),
-          train_lib.make_optimizer(config), episodes.has_success(config),
+          train_lib.make_optimizer(config), episodes.has_success(config, env),
           bool(config.use_reference_kl), str(config.advantage), str(config.loss_aggregation))
 
 
@@ -157,18 +159,19 @@ def surrogate_loss(logits, ref_logits, mb, hp, agg: str):
 
 
 def make_train(config, features=()) -> train_lib.Train:
-  """`Train` for GRPO on `config.env_name`; see `train_lib.Train` for how to call it.
-  `features`: feature objects (`hooks.Feature`) beside the registry's."""
-  passed = tuple(features)
-  validate_config(config, passed)
+  """`Train` for GRPO on `config.env_name` (or on a `Checked` config from
+  `validate_config`); see `train_lib.Train` for how to call it. `features`: feature
+  objects (`hooks.Feature`) beside the registry's."""
+  checked = train_lib.checked(config, features, validate_config)
+  config, passed = checked.config, checked.features
+  static = settings(config, checked.made[0])
   if not train_lib.flat_network(config):   # gru | transformer: with memory
-    return grpo_sequence.make_train(config, HPARAMS, surrogate_loss, settings(config),
-                                    passed)
-  env, env_params = features_lib.wrap_env(config, *train_lib.make_env(config), passed)
+    return grpo_sequence.make_train(checked, HPARAMS, surrogate_loss, static)
+  env, env_params = features_lib.wrap_env(config, checked.env, checked.env_params, passed)
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)
   policy_fn = nets.make_policy_fn(network)
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
-   kind, agg) = settings(config)
+   kind, agg) = static
   hooks = features_lib.bind(config, RECIPE, env, env_params, policy_fn, num_tasks * group,
                         network, passed=passed)
 

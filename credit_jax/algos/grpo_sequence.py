@@ -93,13 +93,15 @@ def _start(num_tasks: int, group: int) -> PolicyState:
                      prev_reward=jnp.zeros((num_tasks, group), jnp.float32))
 
 
-def make_train(config, hparam_names: Sequence[str], surrogate_loss: Callable,
-               static: tuple, passed=()) -> train_lib.Train:
-  """`Train` for GRPO with a sequence network; `grpo.make_train` calls it (validated)
-  with its loss (`grpo.surrogate_loss`), static settings (`grpo.settings(config)`) and
-  the feature objects it was given. The hooks fill the slots they fill in `grpo.py`; an
-  estimator sees the policy's logits through each episode's replay."""
-  env, env_params = features.wrap_env(config, *train_lib.make_env(config), passed)
+def make_train(checked: train_lib.Checked, hparam_names: Sequence[str],
+               surrogate_loss: Callable, static: tuple) -> train_lib.Train:
+  """`Train` for GRPO with a sequence network; `grpo.make_train` calls it with the
+  validated config and the feature objects it was given (`checked`), its loss
+  (`grpo.surrogate_loss`) and static settings (`grpo.settings(config)`). The hooks fill
+  the slots they fill in `grpo.py`; an estimator sees the policy's logits through each
+  episode's replay."""
+  config, passed = checked.config, checked.features
+  env, env_params = features.wrap_env(config, checked.env, checked.env_params, passed)
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=True)
   policy = sn.make_sequence_policy(network, value=False)
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,

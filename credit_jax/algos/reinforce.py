@@ -113,11 +113,12 @@ def validate_fields(config) -> None:
   grpo_sequence.validate_network(config)
 
 
-def validate_config(config, features=()) -> None:
+def validate_config(config, features=()) -> train_lib.Checked:
   """Raises `ConfigError` naming the first field of `config` that cannot run
-  (`features`: the feature objects given to `make_train`)."""
-  train_lib.validate(config, "reinforce", validate_fields, RECIPE, tuple(features),
-                     whole_episodes=True)
+  (`features`: the feature objects given to `make_train`); returns the `Checked` config
+  `make_train` builds on."""
+  return train_lib.validate(config, "reinforce", validate_fields, RECIPE, tuple(features),
+                            whole_episodes=True)
 
 
 def leave_one_out_mean(x, mask):
@@ -180,12 +181,14 @@ def _sequence_model(config, env, env_params, with_value: bool) -> Model:
 
 
 def make_train(config, features=()) -> train_lib.Train:
-  """`Train` for REINFORCE on `config.env_name`; see `train_lib.Train` for how to call it.
-  `features`: feature objects (`hooks.Feature`) beside the registry's."""
-  features = tuple(features)
-  validate_config(config, features)
+  """`Train` for REINFORCE on `config.env_name` (or on a `Checked` config from
+  `validate_config`); see `train_lib.Train` for how to call it. `features`: feature
+  objects (`hooks.Feature`) beside the registry's."""
+  checked = train_lib.checked(config, features, validate_config)
+  config, features = checked.config, checked.features
   with_value = needs_value(config)
-  env, env_params = features_lib.wrap_env(config, *train_lib.make_env(config), features)
+  env, env_params = features_lib.wrap_env(config, checked.env, checked.env_params,
+                                          features)
   if not train_lib.flat_network(config):   # gru | transformer: with memory
     model, network = _sequence_model(config, env, env_params, with_value), None
   else:
@@ -200,7 +203,7 @@ def make_train(config, features=()) -> train_lib.Train:
   hooked = bool(hooks.names)
   n_updates = int(config.num_updates)
   optimizer = train_lib.make_optimizer(config)
-  with_success = episodes.has_success(config)
+  with_success = episodes.has_success(config, checked.made[0])
   credit, baseline = str(config.credit), str(config.baseline)
   normalize = bool(config.normalize_advantages)
 

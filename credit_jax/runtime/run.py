@@ -126,9 +126,11 @@ _SHARED = collections.OrderedDict()
 _SHARED_SIZE = 4
 
 
-def _shared_fns(config, mesh):
+def _shared_fns(config, mesh, checked=None):
   """`(train, init, run, compiled)` for `config` on `mesh`, kept for the next run of the
-  same config (fields that only steer execution and logging may differ)."""
+  same config (fields that only steer execution and logging may differ). `checked`: what
+  `algos.validate_config(config)` returned (the `Train` is built on it, not validated
+  again)."""
   cfg = config_to_json(config)
   key = json.dumps([{k: v for k, v in cfg.items() if k not in _RUN_CONTROL_FIELDS},
                     None if mesh is None else [d.id for d in mesh.devices.flat],
@@ -136,7 +138,7 @@ def _shared_fns(config, mesh):
   if key in _SHARED:
     _SHARED.move_to_end(key)
     return _SHARED[key]
-  train = algos.make_train(config)
+  train = algos.make_train(config if checked is None else checked)
   _SHARED[key] = (train,) + make_run_fns(train) + ({},)
   while len(_SHARED) > _SHARED_SIZE:
     _SHARED.popitem(last=False)
@@ -427,7 +429,7 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print,
     envs.resolve(config.env_name)
   except ValueError as e:
     raise algos.ConfigError(f"config.env_name: {e}") from None
-  algos.validate_config(config)
+  checked = algos.validate_config(config)   # the one validation; the env is made once
   # With several processes (jax.distributed) all of them compute and save checkpoints;
   # process 0 alone logs and writes metrics, plots and the summary.
   primary = jax.process_index() == 0
@@ -439,7 +441,7 @@ def train_and_evaluate(config, workdir: str, log: Callable[[str], None] = print,
   lock = _lock_workdir(workdir, primary, log)
   ckpt = writer = best = None
   try:
-    train, init, run, compiled = _shared_fns(config, mesh)
+    train, init, run, compiled = _shared_fns(config, mesh, checked)
     total = train.num_updates
     ckpt, saved = _open_checkpoints(config, workdir)
     best = _best_checkpoint(config, train, workdir)
