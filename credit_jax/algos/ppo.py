@@ -170,7 +170,7 @@ def validate_config(config, features=()) -> train_lib.Checked:
   (`features`: the feature objects given to `make_train`); returns the `Checked` config
   `make_train` builds on."""
   return train_lib.validate(config, "ppo", validate_fields, recipe(config),
-                            tuple(features), _validate_env)
+                            tuple(features), env_fn=_validate_env)
 
 
 def make_train(config, features=()) -> train_lib.Train:
