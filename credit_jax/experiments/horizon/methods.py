@@ -25,7 +25,7 @@ Names:
                          "oracle" (MLP actor, MLP critic that also sees KeyChain's
                          `oracle_feature`: "all pivotal steps right so far" and the share
                          of pivotal steps left; network.critic_oracle=True). See
-                         credit_jax/algos/ppo_critics.py.
+                         credit_jax/algos/ppo_agent.py (the "split" arrangement).
 """
 from __future__ import annotations
 
