@@ -28,7 +28,8 @@ to its second start state where the first vine ends, as an auto-reset would), so
 lane has `r_j + r_{P-1-j} = 2H - (P - 1) m` steps of work and the loop has that many
 steps: no lane idles on an environment whose episodes run to the window. The switch is a
 select between the stepped state and a precomputed start, cheaper than the auto-reset a
-plain rollout draws each step (benchmarks/bench_step_credit.py --only=vine measures the rate against it).
+plain rollout draws each step (`benchmarks/bench_step_credit.py --only=vine` measures the
+rate against it).
 
 Counting: `env_steps` counts the steps of vines from valid points (a step inside the
 trajectory's first episode); vines from invalid points run in the compiled loop (static
