@@ -7,19 +7,15 @@ the final parameters, of the whole final `TrainState` and of every metric
 (`tests/data/ppo_identity.json`, recorded on the code before the merge). A change that
 moves a number fails here naming the case and the metric.
 
-Bits are those of one XLA build on one platform: the recorded file names its jax and
-jaxlib versions and the platform, and the test skips where they differ. To (re)record:
+Bits are those of one XLA build on one platform (tests/identity.py: the digests, the
+comparison, the script form). To (re)record:
 
   PYTHONPATH=$PWD JAX_PLATFORMS=cpu python3 tests/test_ppo_identity.py --write
   PYTHONPATH=$PWD JAX_PLATFORMS=cpu python3 tests/test_ppo_identity.py   # compare, all cases
 """
-import hashlib
-import json
 import os
 import sys
 
-import jax
-import jaxlib
 import ml_collections
 import numpy as np
 import pytest
@@ -27,22 +23,10 @@ import pytest
 from credit_jax import fast_paths
 from credit_jax.addons import curriculum, hindsight_credit, rudder
 from credit_jax.algos import ppo
-import test_init_bits
+import identity
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                     "ppo_identity.json")
-
-
-def _digest(tree) -> str:
-  """sha256 of a pytree's paths, dtypes, shapes and bytes (tests/test_init_bits.py's),
-  20 hex digits."""
-  return test_init_bits._digest(tree)[:20]
-
-
-def _leaf_digest(x) -> str:
-  x = np.ascontiguousarray(np.asarray(x))
-  return hashlib.sha256(str(x.dtype).encode() + str(x.shape).encode()
-                        + x.tobytes()).hexdigest()[:20]
 
 
 def _base(env="KeyChain-v0", updates=3):
@@ -160,75 +144,24 @@ FAST = ("mlp", "gru_fast", "critic_mlp_gru", "episodes_hca")
 def run_case(name):
   make, fast, seeds = CASES[name]
   with fast_paths.use(fast):
-    train = ppo.make_train(make())
-    if seeds:
-      state, metrics = jax.jit(jax.vmap(train))(
-          jax.random.split(jax.random.PRNGKey(5), seeds))
-    else:
-      state, metrics = jax.jit(train)(jax.random.PRNGKey(5))
-  return {"params": _digest(state.params), "state": _digest(state),
-          "metrics": {k: _leaf_digest(v) for k, v in sorted(metrics.items())}}
-
-
-def _platform():
-  return {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
-          "platform": jax.devices()[0].platform}
-
-
-def _recorded():
-  with open(DATA) as f:
-    return json.load(f)
-
-
-def compare(name, got, want):
-  """Lines naming what differs between a case's digests `got` and the recorded `want`."""
-  out = []
-  for part in ("params", "state"):
-    if got[part] != want[part]:
-      out.append(f"{name}: {part} differ")
-  for k in sorted(set(got["metrics"]) | set(want["metrics"])):
-    if got["metrics"].get(k) != want["metrics"].get(k):
-      out.append(f"{name}: metric {k} differs ({want['metrics'].get(k)} recorded, "
-                 f"{got['metrics'].get(k)} now)")
-  return out
+    return identity.run(ppo.make_train(make()), seeds)
 
 
 @pytest.mark.parametrize("name", FAST)
 def test_ppo_numbers_are_the_recorded_ones(name):
-  data = _recorded()
-  if data["platform"] != _platform():
-    pytest.skip(f"hashes recorded on {data['platform']}, this is {_platform()}")
-  assert not compare(name, run_case(name), data["cases"][name])
+  identity.check(name, run_case, DATA)
 
 
 def test_the_digest_sees_every_bit():
   a = {"w": np.zeros((2, 3), np.float32)}
   b = {"w": np.zeros((2, 3), np.float32)}
   b["w"][1, 2] = np.float32(1e-45)   # the smallest subnormal: one bit
-  assert _digest(a) != _digest(b) and _digest(a) == _digest({"w": np.zeros((2, 3),
-                                                                          np.float32)})
-  assert compare("x", {"params": "1", "state": "2", "metrics": {"loss": "3"}},
-                 {"params": "1", "state": "2", "metrics": {"loss": "4"}}) == [
-                     "x: metric loss differs (4 recorded, 3 now)"]
+  digest = identity.digest
+  assert digest(a) != digest(b) and digest(a) == digest({"w": np.zeros((2, 3), np.float32)})
+  assert identity.compare("x", {"params": "1", "state": "2", "metrics": {"loss": "3"}},
+                          {"params": "1", "state": "2", "metrics": {"loss": "4"}}) == [
+                              "x: metric loss differs (4 recorded, 3 now)"]
 
 
 if __name__ == "__main__":
-  names = [a for a in sys.argv[1:] if not a.startswith("--")] or list(CASES)
-  got = {}
-  for n in names:
-    got[n] = run_case(n)
-    print(f"ran {n}", flush=True)
-  if "--write" in sys.argv:
-    os.makedirs(os.path.dirname(DATA), exist_ok=True)
-    with open(DATA, "w") as f:
-      json.dump({"platform": _platform(), "cases": got}, f, indent=1, sort_keys=True)
-    print(f"wrote {len(got)} cases to {DATA}")
-  else:
-    data = _recorded()
-    if data["platform"] != _platform():
-      print(f"note: recorded on {data['platform']}, this is {_platform()}")
-    bad = [line for n in names for line in compare(n, got[n], data["cases"][n])]
-    for n in names:
-      print(f"{n}: {'differs' if any(l.startswith(n + ':') for l in bad) else 'identical'}")
-    print("\n".join(bad) or f"all {len(names)} cases identical")
-    sys.exit(1 if bad else 0)
+  sys.exit(identity.main(CASES, run_case, DATA))
