@@ -9,29 +9,17 @@ Everything here measures such estimates against a ground truth, and is pure and 
   * `per_trajectory_gradients`: one gradient per trajectory (a `vmap` of `grad` over the
     batch), for any `log_prob_fn`; `gradient_stats` turns `[N, D]` of them into the
     variance (trace of the covariance), bias, mean squared error, SNR and cosine against
-    a true gradient; `gradient_variance_parts` splits the variance into the part along
-    the true gradient and the part in the parameters that matter
-    (`keychain_pivotal_mask`).
+    a true gradient.
   * `credit_accuracy`: the share of absolute credit that lands on the steps that really
     mattered (KeyChain's `info["pivotal"]`).
-  * `degenerate_fraction` / `analytic_degenerate_fraction`: how many GRPO groups carry
-    no signal, measured and as `p^K + (1 - p)^K`.
-
-The true gradient on KeyChain is exact for a *tabular softmax policy over contexts*:
-with `cue_delay = 0` the observation says whether the step is pivotal and, if so, its
-cue `c`; the policy keeps one logit row per context (row 0: distractor steps, row 1 + c:
-a pivotal step whose right action is c), `logits: [A + 1, A]`. Cues are uniform and
-independent (exactly so for A a power of two), so each pivotal step is answered right
-with probability `q = (1/A) sum_c softmax(logits[1 + c])[c]`, independently, and
-
-    J_terminal = P(every pivotal step right) = q^k        (reward 1 at the end iff all right)
-    J_partial  = E[sum_j right_j / k] = q                 (1/k per right key, see below)
-
-in closed form; the exact gradient is `jax.grad` of that closed form
-(`keychain_true_gradient`). Distractor logits do not move J: their true gradient is 0,
-and whatever an estimator puts there is pure noise. The uniform policy is `logits = 0`;
-`biased_logits(A, q)` gives the policy that answers right with probability q, so a
-difficulty sweep can reach success rates above the random policy's `(1/A)^k`.
+  * `tabular_policy` / `tabular_log_prob`: a softmax policy over KeyChain's contexts with
+    `cue_delay = 0` (the observation says whether the step is pivotal and, if so, its cue
+    `c`): one logit row per context (row 0: distractor steps, row 1 + c: a pivotal step
+    whose right action is c), `logits: [A + 1, A]`. The uniform policy is `logits = 0`;
+    `biased_logits(A, q)` answers every pivotal step right with probability q. Its exact
+    objective and gradient are the variance-scaling study's
+    (credit_jax/experiments/variance_scaling/exact.py); GRPO's degenerate groups are the
+    GRPO degradation study's (credit_jax/experiments/grpo_degradation/degenerate.py).
 """
 from __future__ import annotations
 
@@ -42,12 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from credit_jax import baselines, returns
+from credit_jax import returns
 
 Array = jax.Array
 
 SCHEMES = ("terminal", "rtg", "gae")
-REWARDS = ("terminal", "partial")
 
 
 def _shape(x: Any) -> tuple:
@@ -134,34 +121,6 @@ def biased_logits(num_actions: int, q: Any) -> Array:
   return jnp.concatenate([jnp.zeros((1, num_actions), jnp.float32), beta * eye])
 
 
-def keychain_objective(logits: Array, num_pivotal: int, reward: str = "terminal"
-                       ) -> Array:
-  """Exact expected return J of the tabular policy on KeyChain (module docstring).
-
-  Args:
-    logits: [A + 1, A] float.
-    num_pivotal: k, the number of pivotal steps.
-    reward: "terminal" (1 at the end iff all k right: `q^k`) or "partial"
-      (1/k at each pivotal step answered right: `q`).
-  Returns:
-    [] float. Exact for uniform cues (A a power of two) and `cue_delay = 0`.
-  """
-  num_actions = _check_logits(logits)
-  if reward not in REWARDS:
-    raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
-  probs = jax.nn.softmax(logits[1:], axis=-1)             # [A cues, A actions]
-  q = jnp.mean(jnp.diagonal(probs))
-  if reward == "partial":
-    return q
-  return q ** num_pivotal
-
-
-def keychain_true_gradient(logits: Array, num_pivotal: int, reward: str = "terminal"
-                           ) -> Array:
-  """[A + 1, A] exact gradient of `keychain_objective` with respect to the logits."""
-  return jax.grad(keychain_objective)(logits, num_pivotal, reward)
-
-
 # ---------------------------------------------------------------------------------------
 # Credit schemes.
 
@@ -207,28 +166,6 @@ def credit_weights(scheme: str, rewards: Array, *, discount: Any = 1.0,
       values = jnp.zeros((rewards.shape[0] + 1,) + rewards.shape[1:], rewards.dtype)
     psi = returns.gae(rewards, discount, values, lambda_, terminated=terminated)
   return psi * mask
-
-
-def fit_time_value(targets: Array, valid: Optional[Array] = None) -> Array:
-  """Least-squares value on one-hot time features, from a separate batch.
-
-  Regressing the returns `targets[t, i]` on the one-hot of t gives, per step, the mean
-  target of the valid episodes: `V(t)`. On KeyChain under a policy that ignores the
-  history this is the best value of the observation (cues and the pivotal flag do not
-  predict what is still to come); what would predict it, whether the earlier keys were
-  right, is not observed.
-
-  Args:
-    targets: [T, M] float, e.g. returns-to-go of M fitting episodes.
-    valid: optional [T, M] bool.
-  Returns:
-    [T + 1] float: V(t) for t < T and 0 at T (the episode has ended).
-  """
-  _check_rank("targets", targets, 2, "[T, M]")
-  mask = jnp.ones(targets.shape, targets.dtype) if valid is None else valid.astype(
-      targets.dtype)
-  v = jnp.sum(targets * mask, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1.0)
-  return jnp.concatenate([v, jnp.zeros((1,), v.dtype)])
 
 
 # ---------------------------------------------------------------------------------------
@@ -321,54 +258,6 @@ def gradient_stats(grads: Array, true_grad: Array) -> Dict[str, Array]:
           "cosine": cosine, "true_norm_sq": true_sq}
 
 
-def keychain_pivotal_mask(num_actions: int) -> Array:
-  """[A + 1, A] bool: the logits of the tabular policy that pivotal steps use (rows
-  1 + c, one per cue); row 0 (distractor steps) is False. Only these move J.
-
-  Args:
-    num_actions: A >= 2 (static).
-  """
-  if int(num_actions) < 2:
-    raise ValueError(f"num_actions must be >= 2, got {num_actions}")
-  rows = jnp.arange(int(num_actions) + 1)[:, None] >= 1
-  return jnp.broadcast_to(rows, (int(num_actions) + 1, int(num_actions)))
-
-
-def gradient_variance_parts(grads: Array, true_grad: Array, mask: Array
-                            ) -> Dict[str, Array]:
-  """Where the variance of N single-trajectory estimates lies, beside its trace.
-
-  The trace (`gradient_stats`' variance) counts noise in every parameter alike. Two
-  parts of it say more about learning speed: the variance along the exact gradient
-  (the noise in the one direction an ascent step is paid for) and the variance in the
-  parameters that move the objective (`mask`, e.g. `keychain_pivotal_mask`).
-
-  Args:
-    grads: [N, D] float, N >= 2 estimates (`flatten_gradients`).
-    true_grad: [D] float, the exact gradient (the direction u = true / |true|).
-    mask: [D] bool, the parameters of interest (raveled like a row of grads).
-  Returns:
-    dict of [] floats (sample variances, ddof = 1):
-      variance_along:   Var(g . u); NaN when the true gradient is 0.
-      variance_masked:  trace of the covariance over the `mask` coordinates.
-      variance_unmasked: the trace over the others (variance_masked + this = the trace).
-      snr_along:        |true|^2 / variance_along: trajectories needed for the step
-                        along u to have relative error 1 is 1 / snr_along.
-  """
-  _check_grads(grads, true_grad)
-  _check_like("mask", mask, "true_grad", grads.shape[1:])
-  norm = jnp.sqrt(jnp.sum(true_grad ** 2))
-  unit = true_grad / jnp.where(norm > 0, norm, 1.0)
-  along = jnp.var(grads @ unit, ddof=1)
-  along = jnp.where(norm > 0, along, jnp.nan)
-  per_coord = jnp.var(grads, axis=0, ddof=1)
-  m = jnp.asarray(mask).astype(per_coord.dtype)
-  return {"variance_along": along,
-          "variance_masked": jnp.sum(per_coord * m),
-          "variance_unmasked": jnp.sum(per_coord * (1.0 - m)),
-          "snr_along": norm ** 2 / jnp.maximum(along, jnp.finfo(per_coord.dtype).tiny)}
-
-
 # ---------------------------------------------------------------------------------------
 # Credit accuracy and degenerate groups.
 
@@ -397,74 +286,3 @@ def credit_accuracy(weights: Array, pivotal: Array, valid: Optional[Array] = Non
   on_pivotal = jnp.sum(mass * pivotal.astype(mass.dtype))
   return jnp.where(total > 0, on_pivotal / jnp.where(total > 0, total, 1.0), jnp.nan)
 
-
-def degenerate_fraction(rewards: Array) -> Array:
-  """Fraction of groups whose K rewards are all equal (GRPO advantage exactly 0).
-
-  Args:
-    rewards: [..., K] float, the group on the last axis (as `cj.group_advantages`).
-  Returns:
-    [] float.
-  """
-  _, degenerate = baselines.group_advantages(rewards, kind="grpo")
-  return jnp.mean(degenerate.astype(jnp.float32))
-
-
-def analytic_degenerate_fraction(success_rate: Any, group_size: int) -> Array:
-  """`p^K + (1 - p)^K`: the chance that K independent 0/1 rewards are all equal.
-
-  Args:
-    success_rate: [...] float p in [0, 1] (per-sample success probability).
-    group_size: K >= 1.
-  Returns:
-    [...] float.
-  """
-  if int(group_size) < 1:
-    raise ValueError(f"group_size must be >= 1, got {group_size}")
-  p = jnp.asarray(success_rate, jnp.float32)
-  return p ** group_size + (1.0 - p) ** group_size
-
-
-def loglog_slope(x: Any, y: Any) -> float:
-  """Least-squares slope of log y against log x: the exponent b of y ~ x^b.
-
-  Args:
-    x, y: [P] positive floats, P >= 2 points (e.g. horizons and variances).
-  Returns:
-    A Python float (host-side analysis of measured figures, not for use under jit).
-  """
-  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  if x.ndim != 1 or x.shape != y.shape or x.shape[0] < 2:
-    raise ValueError(f"x and y must be [P] with P >= 2 points, got {x.shape} and {y.shape}")
-  if np.any(x <= 0) or np.any(y <= 0):
-    raise ValueError("x and y must be positive for a log-log fit")
-  return float(np.polyfit(np.log(x), np.log(y), 1)[0])
-
-
-def informative_success_range(group_size: int, max_degenerate: float = 0.5
-                              ) -> tuple:
-  """(p_low, p_high): success rates whose analytic degenerate fraction is <= a bound.
-
-  `p^K + (1 - p)^K` falls from 1 at p = 0 to its minimum 2^(1-K) at p = 1/2 and is
-  symmetric about it, so the range is an interval around 1/2, found by bisection.
-
-  Args:
-    group_size: K >= 2.
-    max_degenerate: the bound, in [2^(1-K), 1).
-  Returns:
-    Python floats (host-side analysis, not for use under jit).
-  """
-  if int(group_size) < 2:
-    raise ValueError(f"group_size must be >= 2, got {group_size}")
-  floor = 2.0 ** (1 - group_size)
-  if not floor <= max_degenerate < 1.0:
-    raise ValueError(f"max_degenerate must lie in [{floor:g}, 1) for K = {group_size}, "
-                     f"got {max_degenerate}")
-  low, high = 0.0, 0.5
-  for _ in range(60):
-    mid = 0.5 * (low + high)
-    if mid ** group_size + (1.0 - mid) ** group_size > max_degenerate:
-      low = mid
-    else:
-      high = mid
-  return high, 1.0 - high

@@ -11,7 +11,7 @@ import pytest
 
 from credit_jax import envs
 from credit_jax.envs import bsuite as bs
-from credit_jax.experiments.bsuite import analysis, runner, specs
+from credit_jax.experiments.bsuite import analysis, padded, runner, specs
 from config_files import load_config
 
 
@@ -150,7 +150,7 @@ def test_padded_settings_are_checked():
   with pytest.raises(ValueError, match="pad_to"):
     envs.make("bsuite/PaddedUmbrellaChain-v0", pad_to=5, chain_length=6)
   with pytest.raises(ValueError, match="field"):
-    bs.PaddedChain(bs.UmbrellaChain(), "num_bits", 5)
+    padded.PaddedChain(bs.UmbrellaChain(), "num_bits", 5)
   with pytest.raises(ValueError, match="active_distractors"):
     envs.make("bsuite/UmbrellaChain-v0", n_distractor=4, active_distractors=5)
 

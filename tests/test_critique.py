@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from credit_jax.addons import critique
+from credit_jax.experiments.critique import critic_training as ct
 from credit_jax import envs, rollout
 
 
@@ -150,8 +151,8 @@ def test_retry_rollout_with_a_critique_following_policy(critic, expect_last):
   w = critique.RetryWrapper(env, attempts=3, critic=critic)
   traj = jax.jit(lambda k: rollout.collect_episodes(
       w, w.default_params, _follow_critique(4), None, k, 256, w.horizon))(jax.random.key(8))
-  per = critique.attempt_success(traj, 3)
-  cum = np.asarray(critique.cumulative_success(per)).mean(1)
+  per = ct.attempt_success(traj, 3)
+  cum = np.asarray(ct.cumulative_success(per)).mean(1)
   # Action 0 is right with probability 1/4 per pivotal step: 1/16 on the first attempt.
   assert abs(cum[0] - 1 / 16) < 0.05
   if expect_last is not None:
@@ -175,7 +176,7 @@ def test_retry_wrapper_on_a_goal_environment(name, kwargs, steps):
   traj = rollout.collect_episodes(w, w.default_params,
                                   rollout.uniform_random_policy(env.num_actions),
                                   None, jax.random.key(9), 64, w.horizon)
-  per = np.asarray(critique.attempt_success(traj, 2))
+  per = np.asarray(ct.attempt_success(traj, 2))
   ret = np.asarray(jnp.sum(traj.rewards * traj.valid, 0))
   np.testing.assert_allclose(ret, per.max(0))   # an episode succeeds iff an attempt does
   assert 0 < per[0].mean() < 1
@@ -210,17 +211,17 @@ def test_with_critiques_preloads_the_store():
 
 def test_learned_critic_beats_chance_and_fits_the_wrapper():
   env, p = _keychain(horizon=6, k=2, cue_delay=3)
-  params, losses = jax.jit(lambda k: critique.train_critic(env, p, k, 150, batch=128))(
+  params, losses = jax.jit(lambda k: ct.train_critic(env, p, k, 150, batch=128))(
       jax.random.key(11))
   assert float(losses[-1]) < 0.5 * float(losses[0])
-  step_acc, both_acc = critique.localisation_accuracy(env, p, params, jax.random.key(12), 512)
+  step_acc, both_acc = ct.localisation_accuracy(env, p, params, jax.random.key(12), 512)
   # Chance: 2 pivotal steps among 6 (+ "none"); a fitted critic names the right one.
   assert float(step_acc) > 0.6 and float(both_acc) > 0.5
   w = critique.RetryWrapper(env, attempts=2, critic="learned")
   wp = critique.RetryParams(inner=p, critic_params=params)
   traj = rollout.collect_episodes(w, wp, _follow_critique(4), None, jax.random.key(13),
                                   128, w.horizon)
-  cum = np.asarray(critique.cumulative_success(critique.attempt_success(traj, 2))).mean(1)
+  cum = np.asarray(ct.cumulative_success(ct.attempt_success(traj, 2))).mean(1)
   assert cum[1] > cum[0] + 0.1     # its critiques fix steps, as the oracle's do
 
 
@@ -269,7 +270,7 @@ def test_bitflip_oracle_hand_made_and_retries():
   w = critique.RetryWrapper(env, attempts=5, critic="bitflip_oracle")
   traj = rollout.collect_episodes(w, w.default_params, _follow_critique(4), None,
                                   jax.random.key(15), 64, w.horizon)
-  cum = np.asarray(critique.cumulative_success(critique.attempt_success(traj, 5))).mean(1)
+  cum = np.asarray(ct.cumulative_success(ct.attempt_success(traj, 5))).mean(1)
   assert cum[-1] > cum[0] + 0.3
 
 
@@ -277,7 +278,7 @@ def test_critic_trained_by_retry_improvement_learns_useful_critiques():
   env, p = _keychain(horizon=6, k=1, cue_delay=3)
   follow = _follow_critique(4)
   act = lambda params, obs, key: follow(params, obs, key)[0]
-  _, rewards = jax.jit(lambda k: critique.train_critic_by_improvement(
+  _, rewards = jax.jit(lambda k: ct.train_critic_by_improvement(
       env, p, act, None, k, 150, batch=64, lr=3e-3))(jax.random.key(16))
   rewards = np.asarray(rewards)
   # k = 1: a retry that follows the right critique always succeeds; action 0 alone

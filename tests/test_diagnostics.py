@@ -23,6 +23,8 @@ import numpy as np
 import pytest
 
 from credit_jax import diagnostics as dg
+from credit_jax.experiments.grpo_degradation import degenerate
+from credit_jax.experiments.variance_scaling import exact
 from credit_jax import envs, rollout
 
 TRUE_GRAD_2STEP = np.array([[0.0, 0.0], [0.125, -0.125], [-0.125, 0.125]])
@@ -60,19 +62,19 @@ def test_keychain_context_maps_distractor_and_cues():
 
 
 def test_true_gradient_hand_case_and_finite_differences():
-  np.testing.assert_allclose(dg.keychain_true_gradient(LOGITS_2STEP, 1), TRUE_GRAD_2STEP,
+  np.testing.assert_allclose(exact.keychain_true_gradient(LOGITS_2STEP, 1), TRUE_GRAD_2STEP,
                              atol=1e-7)
   # k = 2 at the uniform policy: d(q^2) = 2 q dq = dq at q = 1/2.
-  np.testing.assert_allclose(dg.keychain_true_gradient(LOGITS_2STEP, 2), TRUE_GRAD_2STEP,
+  np.testing.assert_allclose(exact.keychain_true_gradient(LOGITS_2STEP, 2), TRUE_GRAD_2STEP,
                              atol=1e-7)
   logits = jax.random.normal(jax.random.key(0), (5, 4), jnp.float32)
-  for reward in dg.REWARDS:
-    grad = np.asarray(dg.keychain_true_gradient(logits, 3, reward), np.float64)
+  for reward in exact.REWARDS:
+    grad = np.asarray(exact.keychain_true_gradient(logits, 3, reward), np.float64)
     eps = 1e-2
     for i, j in [(0, 1), (2, 2), (3, 0), (4, 3)]:
       bump = jnp.zeros_like(logits).at[i, j].set(eps)
-      fd = (dg.keychain_objective(logits + bump, 3, reward)
-            - dg.keychain_objective(logits - bump, 3, reward)) / (2 * eps)
+      fd = (exact.keychain_objective(logits + bump, 3, reward)
+            - exact.keychain_objective(logits - bump, 3, reward)) / (2 * eps)
       np.testing.assert_allclose(grad[i, j], fd, rtol=2e-2, atol=1e-5)
     assert np.all(grad[0] == 0.0)   # distractor logits do not move J
 
@@ -82,7 +84,7 @@ def test_biased_logits_set_the_success_rate():
   probs = jax.nn.softmax(logits, axis=-1)
   np.testing.assert_allclose(jnp.diagonal(probs[1:]), 0.9, rtol=1e-6)
   np.testing.assert_allclose(probs[0], 0.25, rtol=1e-6)
-  np.testing.assert_allclose(dg.keychain_objective(logits, 3), 0.9 ** 3, rtol=1e-5)
+  np.testing.assert_allclose(exact.keychain_objective(logits, 3), 0.9 ** 3, rtol=1e-5)
   np.testing.assert_array_equal(dg.biased_logits(4, 0.25), jnp.zeros((5, 4)))
   with pytest.raises(ValueError, match="q must lie"):
     dg.biased_logits(4, 1.0)
@@ -178,46 +180,46 @@ def test_credit_accuracy_hand_case():
 def test_fit_time_value_is_the_per_step_mean():
   targets = jnp.array([[1.0, 3.0, 100.0], [2.0, 2.0, 100.0]])
   valid = jnp.array([[True, True, False], [True, True, False]])
-  np.testing.assert_allclose(dg.fit_time_value(targets, valid), [2.0, 2.0, 0.0])
+  np.testing.assert_allclose(exact.fit_time_value(targets, valid), [2.0, 2.0, 0.0])
 
 
 def test_degenerate_fraction_hand_case_and_analytic_values():
   rewards = jnp.array([[0.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
-  assert float(dg.degenerate_fraction(rewards)) == 0.5
-  np.testing.assert_allclose(dg.analytic_degenerate_fraction(0.5, 2), 0.5)
-  np.testing.assert_allclose(dg.analytic_degenerate_fraction(jnp.array([0.0, 1.0]), 8), 1.0)
-  np.testing.assert_allclose(dg.analytic_degenerate_fraction(0.1, 8), 0.1 ** 8 + 0.9 ** 8,
+  assert float(degenerate.degenerate_fraction(rewards)) == 0.5
+  np.testing.assert_allclose(degenerate.analytic_degenerate_fraction(0.5, 2), 0.5)
+  np.testing.assert_allclose(degenerate.analytic_degenerate_fraction(jnp.array([0.0, 1.0]), 8), 1.0)
+  np.testing.assert_allclose(degenerate.analytic_degenerate_fraction(0.1, 8), 0.1 ** 8 + 0.9 ** 8,
                              rtol=1e-6)
   # K = 3 by enumeration: only 000 and 111 of the 8 patterns are degenerate.
   p = 0.3
   patterns = list(itertools.product((0, 1), repeat=3))
   prob = sum(p ** sum(x) * (1 - p) ** (3 - sum(x)) for x in patterns if len(set(x)) == 1)
-  np.testing.assert_allclose(dg.analytic_degenerate_fraction(p, 3), prob, rtol=1e-6)
+  np.testing.assert_allclose(degenerate.analytic_degenerate_fraction(p, 3), prob, rtol=1e-6)
 
 
 @pytest.mark.parametrize("p", [0.02, 0.2, 0.9])
 def test_measured_degenerate_fraction_matches_analytic_within_3se(p):
   groups, size = 20000, 8
   rewards = jax.random.bernoulli(jax.random.key(7), p, (groups, size)).astype(jnp.float32)
-  analytic = float(dg.analytic_degenerate_fraction(p, size))
+  analytic = float(degenerate.analytic_degenerate_fraction(p, size))
   se = np.sqrt(analytic * (1 - analytic) / groups)
-  assert abs(float(dg.degenerate_fraction(rewards)) - analytic) <= 3 * se
+  assert abs(float(degenerate.degenerate_fraction(rewards)) - analytic) <= 3 * se
 
 
 def test_informative_success_range():
-  low, high = dg.informative_success_range(8, 0.5)
-  np.testing.assert_allclose(dg.analytic_degenerate_fraction(low, 8), 0.5, atol=1e-6)
+  low, high = degenerate.informative_success_range(8, 0.5)
+  np.testing.assert_allclose(degenerate.analytic_degenerate_fraction(low, 8), 0.5, atol=1e-6)
   np.testing.assert_allclose(low + high, 1.0, atol=1e-12)
   assert 0.08 < low < 0.09
   with pytest.raises(ValueError, match="max_degenerate"):
-    dg.informative_success_range(4, 0.1)   # below the floor 2^(1-K) = 0.125
+    degenerate.informative_success_range(4, 0.1)   # below the floor 2^(1-K) = 0.125
 
 
 def test_loglog_slope():
   x = np.array([10.0, 100.0, 1000.0])
-  assert abs(dg.loglog_slope(x, 3.0 * x ** 1.5) - 1.5) < 1e-9
+  assert abs(exact.loglog_slope(x, 3.0 * x ** 1.5) - 1.5) < 1e-9
   with pytest.raises(ValueError, match="positive"):
-    dg.loglog_slope(x, np.array([1.0, 0.0, 2.0]))
+    exact.loglog_slope(x, np.array([1.0, 0.0, 2.0]))
 
 
 def test_shape_checks_name_the_argument():

@@ -486,9 +486,10 @@ def test_every_wrapper_is_one_base_and_delegates():
   boundaries), and only a wrapper that keeps the inner state forwards other attributes."""
   from credit_jax.addons import critique, step_states   # pylint: disable=g-import-not-at-top
   from credit_jax.algos import hierarchy                 # pylint: disable=g-import-not-at-top
-  from credit_jax.envs import bsuite, wrappers           # pylint: disable=g-import-not-at-top
+  from credit_jax.envs import wrappers                   # pylint: disable=g-import-not-at-top
+  from credit_jax.experiments.bsuite import padded       # pylint: disable=g-import-not-at-top
   for cls in (envs.HistoryWrapper, envs.DesiredGoalWrapper, step_states.StepStateWrapper,
-              hierarchy.SubgoalWrapper, critique.RetryWrapper, bsuite.PaddedChain):
+              hierarchy.SubgoalWrapper, critique.RetryWrapper, padded.PaddedChain):
     assert issubclass(cls, wrappers.Wrapper), cls
   keychain, params = envs.make("KeyChain-v0", horizon=5, num_actions=3)
   same = step_states.StepStateWrapper(keychain)

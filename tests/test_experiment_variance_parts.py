@@ -1,5 +1,5 @@
 """Experiment 1's split of the gradient variance (trace, pivotal parameters, along the
-exact gradient): diagnostics.gradient_variance_parts against NumPy, the pivotal mask
+exact gradient): exact.gradient_variance_parts against NumPy, the pivotal mask
 against the exact gradient, and the summary.json structure of a tiny run."""
 import os
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from credit_jax import diagnostics as dg
+from credit_jax.experiments.variance_scaling import exact
 from credit_jax.runtime import metrics
 from credit_jax.experiments import report, variance_scaling
 
@@ -31,7 +32,7 @@ def test_variance_parts_against_numpy():
   grads = jax.random.normal(jax.random.key(3), (50, 6)) * jnp.arange(1.0, 7.0)
   true = jnp.array([0.5, -1.0, 0.0, 2.0, 0.0, 0.0])
   mask = np.array([True, True, False, True, False, False])
-  got = dg.gradient_variance_parts(grads, true, jnp.asarray(mask))
+  got = exact.gradient_variance_parts(grads, true, jnp.asarray(mask))
   ref = _numpy_parts(grads, true, mask)
   for k, v in ref.items():
     np.testing.assert_allclose(float(got[k]), v, rtol=1e-5, err_msg=k)
@@ -40,10 +41,10 @@ def test_variance_parts_against_numpy():
   np.testing.assert_allclose(float(got["variance_masked"] + got["variance_unmasked"]),
                              float(trace), rtol=1e-5)
   # jit and vmap (over independent batches) give the same numbers.
-  jitted = jax.jit(dg.gradient_variance_parts)(grads, true, jnp.asarray(mask))
+  jitted = jax.jit(exact.gradient_variance_parts)(grads, true, jnp.asarray(mask))
   np.testing.assert_allclose(float(jitted["variance_along"]), ref["variance_along"],
                              rtol=1e-5)
-  batched = jax.vmap(dg.gradient_variance_parts, in_axes=(0, None, None))(
+  batched = jax.vmap(exact.gradient_variance_parts, in_axes=(0, None, None))(
       jnp.stack([grads, 2.0 * grads]), true, jnp.asarray(mask))
   np.testing.assert_allclose(np.asarray(batched["variance_along"]),
                              [ref["variance_along"], 4.0 * ref["variance_along"]], rtol=1e-5)
@@ -52,25 +53,25 @@ def test_variance_parts_against_numpy():
 def test_variance_parts_hand_case_and_errors():
   # Two estimates differing only along x: Var along x = 2 (ddof 1), 0 along y.
   grads = jnp.array([[1.0, 5.0], [3.0, 5.0]])
-  out = dg.gradient_variance_parts(grads, jnp.array([2.0, 0.0]), jnp.array([True, False]))
+  out = exact.gradient_variance_parts(grads, jnp.array([2.0, 0.0]), jnp.array([True, False]))
   assert float(out["variance_along"]) == 2.0 and float(out["variance_masked"]) == 2.0
   assert float(out["variance_unmasked"]) == 0.0 and float(out["snr_along"]) == 2.0
-  out = dg.gradient_variance_parts(grads, jnp.array([0.0, 1.0]), jnp.array([False, True]))
+  out = exact.gradient_variance_parts(grads, jnp.array([0.0, 1.0]), jnp.array([False, True]))
   assert float(out["variance_along"]) == 0.0 and float(out["variance_unmasked"]) == 2.0
-  zero = dg.gradient_variance_parts(grads, jnp.zeros(2), jnp.array([True, True]))
+  zero = exact.gradient_variance_parts(grads, jnp.zeros(2), jnp.array([True, True]))
   assert np.isnan(float(zero["variance_along"]))
   with pytest.raises(ValueError, match="mask"):
-    dg.gradient_variance_parts(grads, jnp.ones(2), jnp.ones(3, bool))
+    exact.gradient_variance_parts(grads, jnp.ones(2), jnp.ones(3, bool))
   with pytest.raises(ValueError, match="N >= 2"):
-    dg.gradient_variance_parts(grads[:1], jnp.ones(2), jnp.ones(2, bool))
+    exact.gradient_variance_parts(grads[:1], jnp.ones(2), jnp.ones(2, bool))
 
 
 @pytest.mark.parametrize("reward", ["terminal", "partial"])
 def test_pivotal_mask_holds_all_of_the_exact_gradient(reward):
-  mask = np.asarray(dg.keychain_pivotal_mask(4))
+  mask = np.asarray(exact.keychain_pivotal_mask(4))
   assert mask.shape == (5, 4) and not mask[0].any() and mask[1:].all()
   for logits in (jnp.zeros((5, 4)), dg.biased_logits(4, 0.6)):
-    true = np.asarray(dg.keychain_true_gradient(logits, 2, reward))
+    true = np.asarray(exact.keychain_true_gradient(logits, 2, reward))
     assert np.all(true[~mask] == 0.0) and np.abs(true[mask]).sum() > 0
 
 

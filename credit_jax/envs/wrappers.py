@@ -3,7 +3,7 @@ observations, and the episode's goal in `info`.
 
 Wrapper: the one base (module-level docstring of the class). Every wrapper in the library
 derives from it (HistoryWrapper and DesiredGoalWrapper here, `PaddedChain` in
-credit_jax/envs/bsuite.py, `RetryWrapper` in credit_jax/addons/critique.py,
+credit_jax/experiments/bsuite/padded.py, `RetryWrapper` in credit_jax/addons/critique.py,
 `StepStateWrapper` in credit_jax/addons/step_states.py, `SubgoalWrapper` in
 credit_jax/algos/hierarchy.py) and overrides only what it changes.
 

@@ -48,6 +48,7 @@ from credit_jax.addons import curriculum
 from credit_jax.algos import dqn
 from credit_jax.config import ConfigError
 from credit_jax.envs import bsuite as bsuite_envs
+from credit_jax.experiments.bsuite import padded
 from credit_jax.experiments.horizon import methods as horizon_methods
 
 EXPERIMENTS = ("umbrella_length", "umbrella_distract", "memory_len", "memory_size",
@@ -58,12 +59,11 @@ ENV_IDS = {"umbrella_length": "bsuite/UmbrellaChain-v0",
            "memory_size": "bsuite/MemoryChain-v0",
            "discounting_chain": "bsuite/DiscountingChain-v0",
            "discounting_chain_long": "bsuite/DiscountingChain-v0"}
-# The one-program versions (credit_jax/envs/bsuite.py's PaddedChain), registered with
-# credit_jax.envs here, so that a recipe config can name them.
-PADDED_FACTORIES = {"bsuite/PaddedUmbrellaChain-v0": bsuite_envs.PaddedUmbrellaChain,
-                    "bsuite/PaddedMemoryChain-v0": bsuite_envs.PaddedMemoryChain,
-                    "bsuite/PaddedDiscountingChain-v0":
-                        bsuite_envs.PaddedDiscountingChain}
+# The one-program versions (padded.py's PaddedChain), registered with credit_jax.envs
+# here, so that a recipe config can name them.
+PADDED_FACTORIES = {"bsuite/PaddedUmbrellaChain-v0": padded.PaddedUmbrellaChain,
+                    "bsuite/PaddedMemoryChain-v0": padded.PaddedMemoryChain,
+                    "bsuite/PaddedDiscountingChain-v0": padded.PaddedDiscountingChain}
 for _name, _factory in PADDED_FACTORIES.items():
   envs.register(_name, _factory)
 PADDED_IDS = {"umbrella_length": "bsuite/PaddedUmbrellaChain-v0",

@@ -19,10 +19,10 @@ Per seed:
      learned critic, and the noisy critic for every `noises` value (one vmapped call).
      The break-even noise: where the noisy critic's success after attempt r falls to the
      no-critique retry's (linear interpolation of the seed means).
-  3. The learned critic (`critique.train_critic`): a small network fitted to the oracle's
+  3. The learned critic (`critic_training.train_critic`): a small network fitted to the oracle's
      labels on uniform-policy attempts; its localisation accuracy against the oracle. And
      the same network trained without labels, with the improvement of the retry its
-     critique guided as its reward (`critique.train_critic_by_improvement`, Retroformer).
+     critique guided as its reward (`critic_training.train_critic_by_improvement`, Retroformer).
   4. Persistent memory (`memory.py`): a stream of `memory_episodes` retry
      episodes drawn from a family of `family_size` tasks, each with fixed answers. At
      an episode's end its critique store is written to memory under the task id; the
@@ -43,6 +43,7 @@ import ml_collections
 import numpy as np
 
 from credit_jax.addons import critique
+from credit_jax.experiments.critique import critic_training
 from credit_jax.experiments.critique import memory
 from credit_jax import envs, nets, rollout
 from credit_jax.algos import ConfigError, train as train_lib, reinforce
@@ -157,8 +158,8 @@ def make_eval(config, network, critic: str):
                                   critic_params=critic_params)
     traj = rollout.collect_episodes(env, params, policy_fn, policy_params, key,
                                     int(config.eval_episodes), env.horizon)
-    per = critique.attempt_success(traj, r)
-    return jnp.mean(critique.cumulative_success(per), axis=1)
+    per = critic_training.attempt_success(traj, r)
+    return jnp.mean(critic_training.cumulative_success(per), axis=1)
 
   return evaluate
 
@@ -172,9 +173,9 @@ def measure_retries(config, policies, network, key):
   res = {}
 
   def critic_fit(k):
-    params, losses = critique.train_critic(inner, inner_params, k, int(config.critic_steps),
+    params, losses = critic_training.train_critic(inner, inner_params, k, int(config.critic_steps),
                                            int(config.critic_batch))
-    return params, losses[-1], critique.localisation_accuracy(
+    return params, losses[-1], critic_training.localisation_accuracy(
         inner, inner_params, params, jax.random.fold_in(k, 1))
 
   (cparams, closs, (acc_step, acc_both)), _, _ = report.compile_and_run(
@@ -183,10 +184,10 @@ def measure_retries(config, policies, network, key):
   act = lambda p, obs, k: nets.categorical_sample(k, network.apply(p, obs)[0])
 
   def improvement_fit(p, k):
-    params, rewards = critique.train_critic_by_improvement(
+    params, rewards = critic_training.train_critic_by_improvement(
         inner, inner_params, act, p, k, int(config.improvement_steps),
         int(config.critic_batch))
-    return params, rewards, critique.localisation_accuracy(
+    return params, rewards, critic_training.localisation_accuracy(
         inner, inner_params, params, jax.random.fold_in(k, 1))
 
   (iparams, irewards, (iacc_step, iacc_both)), _, _ = report.compile_and_run(

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from credit_jax import diagnostics as dg
+from credit_jax.experiments.variance_scaling import exact
 from credit_jax import envs, rollout
 
 __all__ = ["PARTS", "REWARD_MODES", "STATS", "make_measure", "records_for", "scheme_names",
@@ -61,7 +62,7 @@ def make_measure(config, horizon):
 
   def weights_of(fit, ev, r_fit, r_ev):
     """[M, T, N] credit of every scheme for one reward mode."""
-    fitted = jax.vmap(lambda g: dg.fit_time_value(dg.credit_weights(
+    fitted = jax.vmap(lambda g: exact.fit_time_value(dg.credit_weights(
         "rtg", r_fit, discount=g, terminated=fit.terminated, valid=fit.valid),
         fit.valid))(gammas)                                         # [G, T + 1]
 
@@ -111,13 +112,13 @@ def make_measure(config, horizon):
     else:
       res = seeds_chunk(key, config.seeds)
     out = {}
-    mask = dg.keychain_pivotal_mask(config.num_actions).ravel()
+    mask = exact.keychain_pivotal_mask(config.num_actions).ravel()
     for i, mode in enumerate(REWARD_MODES):
-      true = dg.keychain_true_gradient(logits, config.num_pivotal, mode).ravel()
+      true = exact.keychain_true_gradient(logits, config.num_pivotal, mode).ravel()
       grads = jnp.swapaxes(res["grads"][:, i], 0, 1)                # [M, S, N, D]
 
       def stats(g, true=true):
-        return {**dg.gradient_stats(g, true), **dg.gradient_variance_parts(g, true, mask)}
+        return {**dg.gradient_stats(g, true), **exact.gradient_variance_parts(g, true, mask)}
 
       out[mode] = {
           "per_seed": jax.vmap(jax.vmap(stats))(grads),
@@ -162,7 +163,7 @@ def records_for(horizon, out, names, num_trajectories, first_index):
              "rel_bias_noise": float(np.sqrt(o["pooled"]["variance"][i] / pooled_n)
                                      / true_norm),
              "cosine": float(o["pooled"]["cosine"][i]),
-             # Where the variance lies (diagnostics.gradient_variance_parts): in the
+             # Where the variance lies (exact.gradient_variance_parts): in the
              # parameters the pivotal steps use, and along the exact gradient.
              **{f"variance_{part}{suffix}": value for part, field in PARTS.items()
                 for suffix, value in (

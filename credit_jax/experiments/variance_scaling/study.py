@@ -15,7 +15,7 @@ gradient, and the credit accuracy against the pivotal mask. Schemes:
   gae_zero_gamma{g}        GAE(lambda) with a zero value
   gae_fitted_gamma{g}      GAE(lambda) with V(t), a least-squares value on one-hot time
                            features fitted to the discounted returns-to-go of a separate
-                           batch of trajectories (`diagnostics.fit_time_value`)
+                           batch of trajectories (`exact.fit_time_value`)
 
 Two reward modes are measured on the same trajectories:
   terminal  KeyChain's own reward: 1 at the last step iff every pivotal step was right.
@@ -27,7 +27,7 @@ With the terminal-only reward and gamma = 1 returns-to-go equal the terminal ret
 every step, so the two estimators coincide exactly; the partial mode shows where
 undiscounted returns-to-go do help (rewards before step t are dropped from its credit).
 
-Beside the trace, the variance is split (`diagnostics.gradient_variance_parts`) into the
+Beside the trace, the variance is split (`exact.gradient_variance_parts`) into the
 part in the pivotal parameters (the cue rows of the logits, the only ones J depends on)
 and the part along the exact gradient: the trace's growth with T is all in the
 distractor row, whose true gradient is 0 (see summary.md for what each means for
@@ -53,7 +53,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from credit_jax import diagnostics as dg
+from credit_jax.experiments.variance_scaling import exact
 from credit_jax.runtime import metrics
 from credit_jax.algos import ConfigError
 from credit_jax.experiments import report
@@ -131,7 +131,7 @@ def slopes(records, names, mode, min_horizon, key="variance"):
   for name in names:
     t, v = _series(records, mode, name, key)
     keep = t >= min_horizon
-    out[name] = (float(dg.loglog_slope(t[keep], v[keep])) if np.all(v[keep] > 0)
+    out[name] = (float(exact.loglog_slope(t[keep], v[keep])) if np.all(v[keep] > 0)
                  else float("nan"))
   return out
 
