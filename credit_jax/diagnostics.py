@@ -34,7 +34,7 @@ from credit_jax import returns
 
 Array = jax.Array
 
-SCHEMES = ("terminal", "rtg", "gae")
+_SCHEMES = ("terminal", "rtg", "gae")
 
 
 def _shape(x: Any) -> tuple:
@@ -139,7 +139,7 @@ def credit_weights(scheme: str, rewards: Array, *, discount: Any = 1.0,
       `G_t - V_t`, with zero values it is returns-to-go discounted by discount * lambda_.
 
   Args:
-    scheme: one of `SCHEMES`.
+    scheme: one of `_SCHEMES`.
     rewards: [T, N] float, one episode per column (as `rollout.collect_episodes` gives).
     discount, lambda_: [] float (may be traced).
     values: optional [T + 1, N] float, V(o_t) for t in [0, T].
@@ -148,8 +148,8 @@ def credit_weights(scheme: str, rewards: Array, *, discount: Any = 1.0,
   Returns:
     [T, N] float weights.
   """
-  if scheme not in SCHEMES:
-    raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+  if scheme not in _SCHEMES:
+    raise ValueError(f"scheme must be one of {_SCHEMES}, got {scheme!r}")
   _check_rank("rewards", rewards, 2, "[T, N]")
   if valid is None:
     mask = jnp.ones(rewards.shape, rewards.dtype)

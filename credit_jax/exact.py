@@ -40,7 +40,7 @@ from credit_jax.envs.keychain import KeyChain
 
 __all__ = ["corridor_credit", "gradient", "objective", "supported"]
 
-ApplyFn = Callable[[Any, jax.Array], jax.Array]   # (params, obs [N, D]) -> logits [N, A]
+_ApplyFn = Callable[[Any, jax.Array], jax.Array]   # (params, obs [N, D]) -> logits [N, A]
 
 
 def supported(env) -> bool:
@@ -50,7 +50,7 @@ def supported(env) -> bool:
   return isinstance(env, ConveyorTreasure)
 
 
-def _probs(apply_fn: ApplyFn, params, obs: jax.Array) -> jax.Array:
+def _probs(apply_fn: _ApplyFn, params, obs: jax.Array) -> jax.Array:
   logits = apply_fn(params, obs)
   if logits.shape[:-1] != obs.shape[:-1]:
     raise ValueError(f"apply_fn must map obs [N, D] to logits [N, A], got obs "
@@ -83,7 +83,7 @@ def _keychain_cases(env: KeyChain, env_params):
           jnp.asarray(np.asarray(weight), jnp.float32))
 
 
-def _keychain_objective(env: KeyChain, env_params, apply_fn: ApplyFn, params):
+def _keychain_objective(env: KeyChain, env_params, apply_fn: _ApplyFn, params):
   obs, answers, index, weight = _keychain_cases(env, env_params)
   probs = _probs(apply_fn, params, obs)                               # [N, A]
   right = jnp.take_along_axis(probs, answers[:, None], axis=1)[:, 0]
@@ -91,7 +91,7 @@ def _keychain_objective(env: KeyChain, env_params, apply_fn: ApplyFn, params):
   return jnp.prod(q)
 
 
-def _corridor_tables(env: ConveyorTreasure, env_params, apply_fn: ApplyFn, params):
+def _corridor_tables(env: ConveyorTreasure, env_params, apply_fn: _ApplyFn, params):
   """The corridor as a table over (t, flags), flags = has_key + 2 door_open: policy
   probabilities [L, 4, A], next flags [L, 4, A] int32, expected reward [L, 4, A] and the
   probability of each reward class (apple_low, apple_high, treasure) [L, 4, A, 3]."""
@@ -122,7 +122,7 @@ def _corridor_tables(env: ConveyorTreasure, env_params, apply_fn: ApplyFn, param
   return probs, nxt, reward, classes
 
 
-def _corridor_objective(env: ConveyorTreasure, env_params, apply_fn: ApplyFn, params):
+def _corridor_objective(env: ConveyorTreasure, env_params, apply_fn: _ApplyFn, params):
   probs, nxt, reward, _ = _corridor_tables(env, env_params, apply_fn, params)
 
   def body(dist, xs):   # dist: [4] probability of each (has_key, door_open)
@@ -136,7 +136,7 @@ def _corridor_objective(env: ConveyorTreasure, env_params, apply_fn: ApplyFn, pa
   return jnp.sum(gains)
 
 
-def corridor_credit(env: ConveyorTreasure, env_params, apply_fn: ApplyFn, params):
+def corridor_credit(env: ConveyorTreasure, env_params, apply_fn: _ApplyFn, params):
   """Exact action values and COCOA-reward coefficients on ConveyorTreasure-v0, by a
   backward pass over (t, flags), flags = has_key + 2 door_open (the states that matter):
 
@@ -166,7 +166,7 @@ def corridor_credit(env: ConveyorTreasure, env_params, apply_fn: ApplyFn, params
   return q, w, probs
 
 
-def objective(env, env_params, apply_fn: ApplyFn, params) -> jax.Array:
+def objective(env, env_params, apply_fn: _ApplyFn, params) -> jax.Array:
   """[] float32: the exact expected return of the memoryless policy `apply_fn(params, .)`
   on `env` (KeyChain-v0 with cue_delay 0 and no cues_at_start: the success probability;
   ConveyorTreasure-v0: apples plus treasure). Raises ValueError for another env."""
@@ -178,6 +178,6 @@ def objective(env, env_params, apply_fn: ApplyFn, params) -> jax.Array:
                    f"cues_at_start) and ConveyorTreasure-v0, got {type(env).__name__}")
 
 
-def gradient(env, env_params, apply_fn: ApplyFn, params) -> Any:
+def gradient(env, env_params, apply_fn: _ApplyFn, params) -> Any:
   """The exact gradient of `objective` with respect to `params` (a pytree like it)."""
   return jax.grad(lambda p: objective(env, env_params, apply_fn, p))(params)

@@ -196,7 +196,7 @@ def _check_traj(env: Any, traj: Trajectory) -> None:
                      f"{lead}, got {traj.obs.shape}")
 
 
-def relabel_to_goals(env: Any, traj: Trajectory, goals: Array, exists: Array, *,
+def _relabel_to_goals(env: Any, traj: Trajectory, goals: Array, exists: Array, *,
                      whole_episodes: bool) -> Trajectory:
   """`traj` re-scored under given goals: k copies, the verifier deciding the rewards.
 
@@ -306,7 +306,7 @@ def relabel(env: Any, traj: Trajectory, key: Array, *, strategy: str,
   g_index = jnp.maximum(source, 0).reshape(source.shape + (1,) * len(goal_shape))
   goals = jnp.take_along_axis(achieved[:, :, None], g_index, axis=0)  # [T, N, k, *g]
   unflat = lambda x: x.reshape(lead + x.shape[2:])
-  new = relabel_to_goals(env, traj, unflat(goals), unflat(exists),
+  new = _relabel_to_goals(env, traj, unflat(goals), unflat(exists),
                          whole_episodes=strategy != "future")
 
   def with_original(orig, copies):  # [T, B..., ...], [T, B..., k, ...] -> [.., M, ..]
@@ -356,5 +356,5 @@ def goal_importance_weights(log_probs_new: Array, log_probs_orig: Array, valid: 
   return weights, jnp.where(valid, log_rho, 0.0)
 
 
-__all__ = ["Relabeled", "STRATEGIES", "episode_bounds",
-           "goal_importance_weights", "relabel", "relabel_schedule", "relabel_to_goals"]
+__all__ = ["Relabeled", "STRATEGIES", "episode_bounds", "goal_importance_weights",
+           "relabel", "relabel_schedule"]

@@ -185,7 +185,7 @@ CRITICS = {"none": no_critic, "oracle": keychain_oracle, "noisy": keychain_noisy
            "learned": learned_critic, "bitflip_oracle": bitflip_oracle}
 
 
-def make_critic(name: str) -> Callable:
+def _make_critic(name: str) -> Callable:
   """The critic function called `name` (one of `CRITICS`)."""
   if name not in CRITICS:
     raise ValueError(f"critic must be one of {tuple(CRITICS)}, got {name!r}")
@@ -226,7 +226,7 @@ class RetryWrapper(base.CreditEnv, wrappers.Wrapper):
                max_attempt_steps: int | None = None):
     wrappers.Wrapper.__init__(self, env)
     self.attempts = base.check_int("attempts", attempts, minimum=1)
-    self.critic = make_critic(critic) if isinstance(critic, str) else critic
+    self.critic = _make_critic(critic) if isinstance(critic, str) else critic
     # Steps per attempt: given, else the env's horizon, else its default time limit.
     steps = max_attempt_steps if max_attempt_steps is not None else getattr(
         env, "horizon", getattr(env.default_params, "max_steps_in_episode", None))

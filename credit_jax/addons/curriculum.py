@@ -48,7 +48,7 @@ from credit_jax.addons import hooks
 from credit_jax.envs import base, keychain
 
 KINDS = ("none", "fixed", "gated", "plr")
-SCORES = ("learnability", "value_loss", "positive_value_loss")
+_SCORES = ("learnability", "value_loss", "positive_value_loss")
 
 
 def add_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -102,7 +102,7 @@ def validate(config, critic: bool = False) -> None:
   req(0.0 <= cc.plr_explore <= 1.0, "curriculum.plr_explore", "must lie in [0, 1]")
   req(0.0 < cc.plr_ema <= 1.0, "curriculum.plr_ema", "must lie in (0, 1]")
   score = str(cc.get("plr_score", "learnability"))
-  req(score in SCORES, "curriculum.plr_score", f"must be one of {SCORES}, got {score!r}")
+  req(score in _SCORES, "curriculum.plr_score", f"must be one of {_SCORES}, got {score!r}")
   req(score == "learnability" or critic, "curriculum.plr_score",
       f"{score!r} scores a level by its value loss and needs a critic (use PPO), "
       f"this recipe has none; use 'learnability'")
@@ -122,7 +122,7 @@ def validate(config, critic: bool = False) -> None:
       raise ConfigError(f"config.curriculum.stages: {e}") from e
 
 
-def validate_ppo(config) -> None:
+def _validate_ppo(config) -> None:
   """`validate` for PPO's hook: a critic (value-loss scores allowed), MLP networks, and
   the episode length `horizon` as the param (PPO's episodes continue across updates, so
   the param must be fixed when an episode starts, as VariableHorizonKeyChain's horizon
@@ -414,7 +414,7 @@ class CurriculumFeature(hooks.Feature):
 
   def validate(self, config, recipe: hooks.Recipe) -> None:
     if recipe.rollout == hooks.CONTINUING:
-      validate_ppo(config)
+      _validate_ppo(config)
     else:
       validate(config, critic=recipe.critic)
 

@@ -29,21 +29,21 @@ from credit_jax.addons import (curriculum, gigpo, hindsight_credit, hooks, prm, 
                                tree_groups, vine_ppo)
 from credit_jax.config import require
 
-__all__ = ["CONFIG_WRAPPERS", "FEATURES", "LEARNED_CREDIT", "STEP_CREDIT", "bind", "check",
-           "config_wrappers", "enabled", "hparams", "wrap_env"]
+__all__ = ["CONFIG_WRAPPERS", "FEATURES", "bind", "check", "config_wrappers", "enabled",
+           "hparams", "wrap_env"]
 
 # The step-level credit estimators: they run with an MLP policy in the recipes (the
 # estimators in their modules, gigpo.py, vine_ppo.py, tree_groups.py, also take
 # sequence policies).
-STEP_CREDIT: Tuple[hooks.Feature, ...] = (vine_ppo.VineFeature(), gigpo.GigpoFeature(),
+_STEP_CREDIT: Tuple[hooks.Feature, ...] = (vine_ppo.VineFeature(), gigpo.GigpoFeature(),
                                           tree_groups.TreeFeature())
 # The learned credit estimators: RUDDER's redistribution (`shape_rewards`), HCA's and
 # COCOA's hindsight credit (`advantages`), each with its model trained online.
-LEARNED_CREDIT: Tuple[hooks.Feature, ...] = (rudder.RudderFeature(),
+_LEARNED_CREDIT: Tuple[hooks.Feature, ...] = (rudder.RudderFeature(),
                                              hindsight_credit.HcaFeature(),
                                              hindsight_credit.CocoaFeature())
 FEATURES: Tuple[hooks.Feature, ...] = (curriculum.CurriculumFeature(),
-                                       prm.PrmFeature()) + STEP_CREDIT + LEARNED_CREDIT
+                                       prm.PrmFeature()) + _STEP_CREDIT + _LEARNED_CREDIT
 
 
 def _enabled(config, passed: Sequence[hooks.Feature] = ()):
@@ -84,7 +84,7 @@ def check(config, recipe: hooks.Recipe, passed: Sequence[hooks.Feature] = (),
               f"passed as make_train(config, features=(MyFeature(),))")
   hooks.check(config, recipe, FEATURES, passed)
   kind = str(config.get("network", {}).get("kind", "mlp"))
-  for f in (f for f in STEP_CREDIT if f.enabled(config)):
+  for f in (f for f in _STEP_CREDIT if f.enabled(config)):
     require(kind in ("mlp", "tabular", "linear"), "network.kind",
             f"the {f.name} hook runs with a memoryless policy (mlp, tabular, linear) in "
             f"the recipes, got {kind!r}")

@@ -57,9 +57,8 @@ from credit_jax import returns
 from credit_jax.addons import hooks, step_states
 from credit_jax.config import require
 
-__all__ = ["add_config", "anchor_advantages", "anchor_groups", "AnchorGroups",
-           "ANCHORS", "gigpo_advantages", "GigpoFeature", "hash_words", "KINDS",
-           "METHODS", "state_words"]
+__all__ = ["add_config", "anchor_advantages", "anchor_groups", "AnchorGroups", "ANCHORS",
+           "gigpo_advantages", "GigpoFeature", "KINDS", "METHODS", "state_words"]
 
 KINDS = ("grpo", "mean")
 
@@ -104,7 +103,7 @@ def state_words(tree: Any, lead: int) -> jax.Array:
   return jnp.concatenate(words, axis=-1)
 
 
-def hash_words(words: jax.Array) -> jax.Array:
+def _hash_words(words: jax.Array) -> jax.Array:
   """`[...]` uint32 hash of `words: [..., W]` uint32 (murmur3-style word mixing)."""
   h = jnp.full(words.shape[:-1], 0x811C9DC5, jnp.uint32)
   for i in range(words.shape[-1]):
@@ -178,7 +177,7 @@ def anchor_groups(states: Any, valid: jax.Array, *, method: str = "table",
     valid: [T, N..., K] bool; invalid steps join no group.
     method: "table" or "sort".
     probes: the most rounds of the "table" method.
-    hash_fn: `words [M, W] uint32 -> [M] uint32`, default `hash_words`; any function
+    hash_fn: `words [M, W] uint32 -> [M] uint32`, default `_hash_words`; any function
       gives the same groups with "sort", and with "table" when `probes` is at least the
       number of states sharing a hash (tests force collisions with a constant).
   Returns:
@@ -226,7 +225,7 @@ def _group_flat(words, valid, method, probes, hash_fn):
   v = _group_major(valid, valid.ndim)                    # [G, M]
   num, m = v.shape
   words, v = words.reshape(num * m, -1), v.reshape(-1)
-  hashed = (hash_fn or hash_words)(words).astype(jnp.uint32)
+  hashed = (hash_fn or _hash_words)(words).astype(jnp.uint32)
   index = jnp.arange(num * m, dtype=jnp.int32)
   task = index // m
   if method == "sort":
@@ -243,7 +242,7 @@ def _group_flat(words, valid, method, probes, hash_fn):
   else:
     slots = 1 << max(1, (2 * m - 1).bit_length())
     # Double hashing: an odd stride visits every slot of a power-of-two table.
-    stride = hash_words(jnp.stack([hashed, jnp.full_like(hashed, 0x5BD1E995)], -1)) | 1
+    stride = _hash_words(jnp.stack([hashed, jnp.full_like(hashed, 0x5BD1E995)], -1)) | 1
     base = task * slots
 
     def probe(carry):

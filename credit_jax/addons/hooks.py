@@ -173,7 +173,7 @@ class Measure(NamedTuple):
 
 # The slots a `Bound` fills by overriding a method (`advantages` and `collect` are
 # attributes, None when unfilled).
-SLOTS = ("init", "initial_env_params", "env_params", "shape_rewards", "observe")
+_SLOTS = ("init", "initial_env_params", "env_params", "shape_rewards", "observe")
 
 
 class Bound:
@@ -327,7 +327,7 @@ class Hooks:
     self.names = tuple(n for n, _ in bound)
     self.bound = tuple(b for _, b in bound)
     for name, b in zip(self.names, self.bound):
-      shadowed = [s for s in SLOTS if s in vars(b)]
+      shadowed = [s for s in _SLOTS if s in vars(b)]
       if shadowed:
         raise ValueError(f"hook {name!r} sets instance attributes named like its slots "
                          f"{shadowed}, which would replace them; rename them")

@@ -53,9 +53,9 @@ from credit_jax.addons.prm_labels import (analytic_uniform_success, demo_data, d
 from credit_jax.nets.prm import PRM, bce, evaluate, init_prm, train_prm
 
 LABELS = ("truth", "mc_hard", "mc_soft", "outcome")
-RETRAIN_LABELS = ("truth", "outcome", "mc_hard", "mc_soft")
-FORMS = ("sum", "min", "step")
-PPO_FORMS = ("sum", "step")   # PPO's episodes cross rollouts: no episode-level softmin
+_RETRAIN_LABELS = ("truth", "outcome", "mc_hard", "mc_soft")
+_FORMS = ("sum", "min", "step")
+_PPO_FORMS = ("sum", "step")   # PPO's episodes cross rollouts: no episode-level softmin
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -87,10 +87,10 @@ def default_config() -> ml_collections.ConfigDict:
 def validate_config(prm_config, require: Callable) -> None:
   """Checks the `config.prm` block with `require(cond, field, message)`."""
   p = prm_config
-  require(p.form in FORMS, "prm.form", f"must be one of {FORMS}, got {p.form!r}")
+  require(p.form in _FORMS, "prm.form", f"must be one of {_FORMS}, got {p.form!r}")
   require(p.labels in LABELS, "prm.labels", f"must be one of {LABELS}, got {p.labels!r}")
-  require(p.retrain_labels in RETRAIN_LABELS, "prm.retrain_labels",
-          f"must be one of {RETRAIN_LABELS}, got {p.retrain_labels!r}")
+  require(p.retrain_labels in _RETRAIN_LABELS, "prm.retrain_labels",
+          f"must be one of {_RETRAIN_LABELS}, got {p.retrain_labels!r}")
   require(p.tau > 0, "prm.tau", f"must be > 0, got {p.tau}")
   for f in ("mc_rollouts", "demo_episodes", "train_steps", "batch_size",
             "retrain_steps", "retrain_mc_states"):
@@ -117,7 +117,7 @@ def aggregate(prm_probs, valid, form: str, tau: float = 0.1):
     e = jnp.where(valid, jnp.exp(z - jnp.where(jnp.isfinite(zmax), zmax, 0.0)), 0.0)
     den = jnp.sum(e, axis=0)
     return jnp.where(den > 0, jnp.sum(e * prm_probs, 0) / jnp.maximum(den, 1e-30), 0.0)
-  raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+  raise ValueError(f"form must be one of {_FORMS}, got {form!r}")
 
 
 def shaped_scores(outcome, prm_probs, valid, weight, outcome_weight, form: str,
@@ -283,8 +283,8 @@ def make_step_shaper(config, env, env_params, network=None) -> Optional[Shaper]:
     return None
   pc, net, init_params, retrain = _build(config, env, env_params, network)
   form = str(pc.form)
-  if form not in PPO_FORMS:
-    raise ValueError(f"prm.form: PPO shapes per step, form must be one of {PPO_FORMS}, "
+  if form not in _PPO_FORMS:
+    raise ValueError(f"prm.form: PPO shapes per step, form must be one of {_PPO_FORMS}, "
                      f"got {form!r}")
   if retrain is not None and pc.retrain_labels == "outcome":
     raise ValueError("prm.retrain_labels='outcome' needs whole episodes (GRPO); use truth "
@@ -334,8 +334,8 @@ class PrmFeature(hooks.Feature):
     if recipe.rollout == hooks.CONTINUING:
       kind = str(config.get("network", {}).get("kind", "mlp"))
       require(kind == "mlp", "network.kind", f"PRM shaping needs 'mlp', got {kind!r}")
-      require(config.prm.form in PPO_FORMS, "prm.form",
-              f"PPO shapes per step: one of {PPO_FORMS}, got {config.prm.form!r}")
+      require(config.prm.form in _PPO_FORMS, "prm.form",
+              f"PPO shapes per step: one of {_PPO_FORMS}, got {config.prm.form!r}")
 
   def bind(self, context: hooks.Context) -> hooks.Bound:
     continuing = context.recipe.rollout == hooks.CONTINUING

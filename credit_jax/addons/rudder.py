@@ -74,25 +74,23 @@ from credit_jax.types import Trajectory
 Array = jax.Array
 
 __all__ = ["Columns", "Rudder", "RudderFeature", "add_config", "columns_of",
-           "episode_returns", "episode_starts", "episode_tokens", "lessons_add",
-           "lessons_init", "lessons_sample", "pivotal_shares", "prediction_loss",
-           "redistribute", "segment_cumsum", "trajectory_tokens", "whole_episodes",
-           "window_of"]
+           "episode_returns", "lessons_add", "lessons_init", "lessons_sample",
+           "redistribute", "whole_episodes", "window_of"]
 
 
-def episode_starts(dones: Array) -> Array:
+def _episode_starts(dones: Array) -> Array:
   """[T, B] bool: step t starts an episode (t = 0, or the step after a done)."""
   dones = jnp.asarray(dones, bool)
   return jnp.concatenate([jnp.ones_like(dones[:1]), dones[:-1]], axis=0)
 
 
-def segment_cumsum(x: Array, dones: Array) -> Array:
+def _segment_cumsum(x: Array, dones: Array) -> Array:
   """[T, B] running sums of `x [T, B]` restarted at each episode start (`dones [T, B]`
   marks each episode's last step): `C_t = x_t + C_{t-1}` inside an episode."""
   check_time_batch(x, dones)
   flip = lambda a: jnp.flip(a, axis=0)
   return flip(returns.discounted_returns(flip(x), 1.0,
-                                         terminated=flip(episode_starts(dones))))
+                                         terminated=flip(_episode_starts(dones))))
 
 
 def episode_returns(rewards: Array, dones: Array, valid: Array = None
@@ -111,7 +109,7 @@ def episode_returns(rewards: Array, dones: Array, valid: Array = None
   dones = jnp.asarray(dones, bool) & mask
   rewards = jnp.where(mask, rewards, 0.0)
   ahead = returns.discounted_returns(rewards, 1.0, terminated=dones)   # t .. episode end
-  total = segment_cumsum(rewards, dones) + ahead - rewards
+  total = _segment_cumsum(rewards, dones) + ahead - rewards
   ends = returns.discounted_returns(dones.astype(jnp.float32), 1.0,
                                     terminated=dones) > 0
   return total, ends & mask
@@ -138,13 +136,13 @@ def redistribute(predictions: Array, rewards: Array, dones: Array, valid: Array 
   g = jnp.where(mask, predictions, 0.0)
   rewards = jnp.where(mask, rewards, 0.0)
   prev = jnp.concatenate([jnp.zeros_like(g[:1]), g[:-1]], axis=0)
-  prev = jnp.where(episode_starts(dones), 0.0, prev)
-  so_far = segment_cumsum(rewards, dones)
+  prev = jnp.where(_episode_starts(dones), 0.0, prev)
+  so_far = _segment_cumsum(rewards, dones)
   out = g - prev + jnp.where(dones, so_far - g, 0.0)
   return jnp.where(mask, out, 0.0)
 
 
-def prediction_loss(predictions: Array, targets: Array, dones: Array, complete: Array,
+def _prediction_loss(predictions: Array, targets: Array, dones: Array, complete: Array,
                     aux_weight: Any, weights: Array = None) -> Array:
   """[] RUDDER's predictor loss: the squared error of the prediction at each complete
   episode's last step, plus `aux_weight` times the squared error of every step's
@@ -178,7 +176,7 @@ def prediction_loss(predictions: Array, targets: Array, dones: Array, complete: 
 # Tokens: what the predictor reads at each step.
 
 
-def episode_tokens(obs: Array, actions: Array, rewards: Array, num_actions: int,
+def _episode_tokens(obs: Array, actions: Array, rewards: Array, num_actions: int,
                    with_reward: bool = True) -> Array:
   """[T, B, D] tokens `[obs (flattened), one-hot(action), reward]` of each step.
 
@@ -203,10 +201,10 @@ def episode_tokens(obs: Array, actions: Array, rewards: Array, num_actions: int,
   return jnp.concatenate(parts, axis=-1)
 
 
-def trajectory_tokens(traj: Trajectory, num_actions: int, with_reward: bool = True
+def _trajectory_tokens(traj: Trajectory, num_actions: int, with_reward: bool = True
                       ) -> Array:
-  """`episode_tokens` of a `Trajectory [T, B]`."""
-  return episode_tokens(traj.obs, traj.actions, traj.rewards, num_actions, with_reward)
+  """`_episode_tokens` of a `Trajectory [T, B]`."""
+  return _episode_tokens(traj.obs, traj.actions, traj.rewards, num_actions, with_reward)
 
 
 def window_of(x: Array, steps: int) -> Array:
@@ -302,7 +300,7 @@ def lessons_sample(buffer: replay.ReplayState, key: Array, num: int
 
 # ---------------------------------------------------------------- the predictor and the hook
 
-OWNS = ("rudder_params", "rudder_opt", "rudder_lessons")
+_OWNS = ("rudder_params", "rudder_opt", "rudder_lessons")
 
 
 def add_config(c: ml_collections.ConfigDict, **overrides) -> ml_collections.ConfigDict:
@@ -349,7 +347,7 @@ def columns_of(traj, num_actions: int, with_reward: bool, horizon: int = 0) -> C
         obs, actions, rewards, dones, valid))
     pivotal = None if pivotal is None else whole_episodes(pivotal, horizon)
   dones = dones & valid
-  tokens = episode_tokens(obs, actions, rewards, num_actions, with_reward)
+  tokens = _episode_tokens(obs, actions, rewards, num_actions, with_reward)
   return Columns(tokens=tokens, rewards=rewards, dones=dones, valid=valid,
                  complete=jnp.any(dones, axis=0),
                  ret=jnp.sum(jnp.where(valid, rewards, 0.0), axis=0), pivotal=pivotal)
@@ -358,7 +356,7 @@ def columns_of(traj, num_actions: int, with_reward: bool, horizon: int = 0) -> C
 class Rudder:
   """The predictor, its optimiser and the lessons buffer (module doc), as pure functions.
 
-  `init(key) -> carry` ({`OWNS`}); `predict(params, tokens [T, N, D]) -> g [T, N]`;
+  `init(key) -> carry` ({`_OWNS`}); `predict(params, tokens [T, N, D]) -> g [T, N]`;
   `step(carry, cols, lr, aux_weight, key, stamp) -> (r' [T, N], carry, metrics)`.
   """
 
@@ -383,10 +381,10 @@ class Rudder:
     return self.net.apply(params, tokens, starts)
 
   def loss(self, params, tokens, valid, ret, weight, aux_weight):
-    """The predictor loss on episode columns (`prediction_loss`)."""
+    """The predictor loss on episode columns (`_prediction_loss`)."""
     last = valid & ~jnp.concatenate([valid[1:], jnp.zeros_like(valid[:1])], axis=0)
     targets = jnp.broadcast_to(ret[None], valid.shape)
-    return prediction_loss(self.predict(params, tokens), targets, last, valid,
+    return _prediction_loss(self.predict(params, tokens), targets, last, valid,
                               aux_weight, weight)
 
   def train(self, params, opt_state, cols: Columns, lessons, lr, aux_weight, key):
@@ -413,7 +411,7 @@ class Rudder:
 
   def step(self, carry, cols: Columns, lr, aux_weight, key, stamp
            ) -> Tuple[Array, Dict[str, Any], Dict[str, Array]]:
-    params, opt_state, lessons = (carry[k] for k in OWNS)
+    params, opt_state, lessons = (carry[k] for k in _OWNS)
     n_done = jnp.maximum(jnp.sum(cols.complete), 1)
     last_g = jnp.sum(jnp.where(cols.dones, self.predict(params, cols.tokens), 0.0), 0)
     sq = jnp.where(cols.complete, jnp.square(last_g - cols.ret), 0.0)
@@ -433,12 +431,12 @@ class Rudder:
                    jnp.arange(self.capacity) < lessons.size, lessons.data["ret"], 0.0)) /
                jnp.maximum(lessons.size, 1)}
     if cols.pivotal is not None:
-      metrics.update(pivotal_shares(shaped, cols))
+      metrics.update(_pivotal_shares(shaped, cols))
     carry = {"rudder_params": params, "rudder_opt": opt_state, "rudder_lessons": lessons}
     return shaped, carry, metrics
 
 
-def pivotal_shares(shaped: Array, cols: Columns) -> Dict[str, Array]:
+def _pivotal_shares(shaped: Array, cols: Columns) -> Dict[str, Array]:
   """`rudder_pivotal_share` and `rudder_moved_pivotal_share` (module doc) of `r' [T, N]`.
 
   Step 0's `r'` is the first prediction, which holds the return every episode expects
@@ -500,7 +498,7 @@ class RudderFeature(hooks.Feature):
 
 
 class _RudderBound(hooks.Bound):
-  owns = OWNS
+  owns = _OWNS
   init_key = True
 
   def __init__(self, context: hooks.Context):

@@ -7,7 +7,7 @@ from `EstimatorInput.traj`. It implements gymnax's `step_env`/`reset_env`, so au
 the `terminated`/`truncated` split and `final_observation` are the base class's. States
 restored from it run in `wrapper.inner`, the environment the policy acted in.
 
-`policy_states` rebuilds a sequence policy's `PolicyState` before every step of a window
+`_policy_states` rebuilds a sequence policy's `PolicyState` before every step of a window
 that starts an episode (a GRPO group, or a PPO window aligned with episodes) from the
 carries the rollout stored (`extras["carry"]`, the carry after each step).
 """
@@ -22,7 +22,7 @@ from credit_jax import rollout
 from credit_jax.envs import wrappers
 from credit_jax.types import PolicyState, SequencePolicy, Trajectory
 
-__all__ = ["StepStateWrapper", "INFO_KEY", "policy_states", "step_states"]
+__all__ = ["StepStateWrapper", "INFO_KEY", "step_states"]
 
 INFO_KEY = "step_state"
 
@@ -41,7 +41,7 @@ class StepStateWrapper(wrappers.Wrapper):
     return f"StepStates({self._env.name})"
 
 
-def policy_states(policy: Any, traj: Trajectory) -> Any:
+def _policy_states(policy: Any, traj: Trajectory) -> Any:
   """The `PolicyState` [T, B...] before each step of a window that starts an episode.
 
   Args:
@@ -78,4 +78,4 @@ def step_states(policy: Any, traj: Trajectory) -> rollout.StepStates:
     raise ValueError(f"the rollout's info has no {INFO_KEY!r}: wrap the env in "
                      f"StepStateWrapper")
   return rollout.StepStates(env_state=traj.info[INFO_KEY],
-                            policy_state=policy_states(policy, traj))
+                            policy_state=_policy_states(policy, traj))

@@ -58,9 +58,8 @@ from credit_jax.config import require
 from credit_jax.envs.base import check_int
 from credit_jax.types import SequencePolicy, Trajectory
 
-__all__ = ["add_config", "check_tree", "collect_tree", "segment_index",
-           "tree_advantages", "tree_env_steps", "tree_step_advantages", "TreeFeature",
-           "TreeRollout", "VALID_KEY"]
+__all__ = ["add_config", "check_tree", "collect_tree", "segment_index", "tree_advantages",
+           "tree_env_steps", "tree_step_advantages", "TreeFeature", "TreeRollout"]
 
 
 class TreeRollout(NamedTuple):
@@ -200,7 +199,7 @@ def tree_step_advantages(node_adv: jax.Array, branch_steps: Sequence[int], horiz
   return node_adv[index]
 
 
-VALID_KEY = "tree_valid"
+_VALID_KEY = "tree_valid"
 
 
 def add_config(c: ml_collections.ConfigDict, branch: int = 2, branch_steps=(0,),
@@ -254,13 +253,13 @@ class _TreeBound(hooks.Bound):
     out = collect_tree(inputs.env, inputs.env_params, inputs.policy,
                                      inputs.params, inputs.key, inputs.num_tasks,
                                      self.branch, self.steps, inputs.horizon)
-    info = {**out.traj.info, VALID_KEY: out.traj.valid}
+    info = {**out.traj.info, _VALID_KEY: out.traj.valid}
     traj = out.traj._replace(valid=out.traj.valid & out.owner, info=info)
     return traj, carry, {"env_steps": out.env_steps.astype(jnp.float32)}
 
   def _advantages(self, carry, inputs: hooks.EstimatorInput):
     traj = inputs.traj
-    leaf_valid = traj.info[VALID_KEY]                                    # [T, N, K]
+    leaf_valid = traj.info[_VALID_KEY]                                    # [T, N, K]
     outcomes = jnp.sum(jnp.where(leaf_valid, inputs.signal.rewards, 0.0), axis=0)
     node, degenerate = tree_advantages(
         outcomes, self.branch, len(self.steps), kind=self.kind,

@@ -125,7 +125,7 @@ def validate_fields(config) -> None:
   req(-1.0 <= config.get("reward_offset", 0.0) <= 0.0, "reward_offset",
       f"must lie in [-1, 0], got {config.get('reward_offset')}")
   validate_relabel_fields(config, allow_plain=True)
-  if not is_goal_env(config):
+  if not _is_goal_env(config):
     req(not bool(config.get("clip_target", False)), "clip_target",
         f"its bounds assume a goal environment's rewards {{offset, 1 + offset}}; "
         f"{config.env_name} is not one, set clip_target=False")
@@ -136,7 +136,7 @@ def validate_config(config, features=()) -> None:
   train_lib.validate(config, "dqn", validate_fields, RECIPE, passed=tuple(features))
 
 
-def is_goal_env(config) -> bool:
+def _is_goal_env(config) -> bool:
   """Whether `config.env_name` is a goal environment (has `goal_reward` to relabel
   with); False also when it cannot be made (validation names that next)."""
   try:

@@ -55,7 +55,7 @@ from credit_jax.envs import wrappers
 from credit_jax.types import PresampledPolicy
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "manager_gamma", "relabel_weight")
-NUM_MOVES = 4
+_NUM_MOVES = 4
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -221,19 +221,19 @@ class SubgoalWrapper(wrappers.Wrapper):
   def step_env(self, key, state, action, params):
     action = jnp.asarray(action, jnp.int32)
     obs, inner, reward, terminated, info = self._env.step_env(
-        key, state.inner, action % NUM_MOVES, params)
-    state = SubgoalState(inner=inner, subgoal=action // NUM_MOVES, t=state.t + 1)
+        key, state.inner, action % _NUM_MOVES, params)
+    state = SubgoalState(inner=inner, subgoal=action // _NUM_MOVES, t=state.t + 1)
     return self._obs(obs, state.subgoal, state.t), state, reward, terminated, info
 
   def observation_space(self, params):
     return spaces.Box(0.0, 1.0, (self.inner_dim + self.num_subgoals + 1,), jnp.float32)
 
   def action_space(self, params):
-    return spaces.Discrete(self.num_subgoals * NUM_MOVES)
+    return spaces.Discrete(self.num_subgoals * _NUM_MOVES)
 
   @property
   def num_actions(self) -> int:
-    return self.num_subgoals * NUM_MOVES
+    return self.num_subgoals * _NUM_MOVES
 
   @property
   def name(self) -> str:
@@ -248,7 +248,7 @@ class Pair:
     mk = lambda a: nets.ActorCritic(   # noqa: E731
         num_actions=a, hidden_sizes=tuple(net.hidden_sizes), activation=net.activation,
         shared_torso=net.shared_torso, value_head=False, obs_rank=1)
-    self.manager, self.worker = mk(wrapped.num_subgoals), mk(NUM_MOVES)
+    self.manager, self.worker = mk(wrapped.num_subgoals), mk(_NUM_MOVES)
     self.env, self.size, self.cells2 = wrapped, size, size * size
     self.cell_index = wrapped.cells[:, 0] * size + wrapped.cells[:, 1]   # [G]
 
@@ -269,7 +269,7 @@ class Pair:
     g, d = self.env.num_subgoals, self.env.inner_dim
 
     def draw(key):
-      return jax.random.gumbel(key, (g + NUM_MOVES,), jnp.float32)
+      return jax.random.gumbel(key, (g + _NUM_MOVES,), jnp.float32)
 
     def act(params, obs, noise):
       inner, start = obs[:d], obs[-1] > 0.5
@@ -282,7 +282,7 @@ class Pair:
       move = jnp.argmax(w_logits + noise[g:]).astype(jnp.int32)
       log_prob = (nets.categorical_log_prob(w_logits, move)
                   + jnp.where(start, nets.categorical_log_prob(m_logits, sub), 0.0))
-      return sub * NUM_MOVES + move, log_prob, {}
+      return sub * _NUM_MOVES + move, log_prob, {}
     return PresampledPolicy(draw=draw, act=act)
 
 
@@ -296,7 +296,7 @@ def _clipped(logits, actions, old, adv, weights, norm, hp):
   return loss, jnp.sum(weights * ent) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
-def build_data(pair, params, traj, hp, k: int, relabel: bool):
+def _build_data(pair, params, traj, hp, k: int, relabel: bool):
   """The manager's and the worker's training examples from a group rollout
   `traj [T, N, G]`, old log-probs under `params`; returns `(data, metrics)`.
 
@@ -306,8 +306,8 @@ def build_data(pair, params, traj, hp, k: int, relabel: bool):
   valid = traj.valid
   inner = traj.obs[..., :d]
   cell = jnp.argmax(inner[..., :size2], axis=-1).astype(jnp.int32)    # [T, N, G] before the step
-  sub = traj.actions // NUM_MOVES                                       # [T, N, G]
-  moves = traj.actions % NUM_MOVES
+  sub = traj.actions // _NUM_MOVES                                       # [T, N, G]
+  moves = traj.actions % _NUM_MOVES
   achieved = traj.info["achieved_goal"]                                 # after the step
   ach_idx = achieved[..., 0] * pair.size + achieved[..., 1]
   sub_idx = pair.cell_index[sub]
@@ -386,7 +386,7 @@ def make_train(config, features=()) -> train_lib.Train:
                                   num_tasks, group, horizon)            # [T, N, G]
     valid = traj.valid
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, G]
-    data, extra = build_data(pair, state.params, traj, hp, k, relabel)
+    data, extra = _build_data(pair, state.params, traj, hp, k, relabel)
     params, opt_state, metrics, lr = group_update.optimise(   # every group stays whole
         lambda p, mb, _, hp: loss_fn(p, mb, hp), state, {}, data, hp, k_perm,
         anneal_lr=bool(config.anneal_lr), num_updates=n_updates, num_epochs=n_epochs,
@@ -406,7 +406,7 @@ def make_train(config, features=()) -> train_lib.Train:
   # subgoal env as in training, or (greedy) with zero Gumbel noise, so the manager takes
   # its most probable subgoal and the worker its most probable move.
   greedy_policy = PresampledPolicy(
-      draw=lambda key: jnp.zeros((env.num_subgoals + NUM_MOVES,), jnp.float32),
+      draw=lambda key: jnp.zeros((env.num_subgoals + _NUM_MOVES,), jnp.float32),
       act=policy_fn.act)
   train.env, train.env_params = env, env_params
   train.eval_policy = lambda params, greedy=False: (

@@ -52,7 +52,7 @@ from credit_jax.nets import sequence as sn
 from credit_jax.types import PolicyState
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm")
-CREDITS = ("terminal", "rtg", "gae")
+_CREDITS = ("terminal", "rtg", "gae")
 BASELINES = ("none", "mean", "value")
 # Features (credit_jax/addons/features.py) this recipe takes, MLP and sequence networks
 # alike: RUDDER's redistributed rewards (`shape_rewards`), HCA's and COCOA's credit (the
@@ -93,7 +93,7 @@ def default_config() -> ml_collections.ConfigDict:
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first REINFORCE-specific field that cannot run."""
   req = train_lib.require
-  req(config.credit in CREDITS, "credit", f"must be one of {CREDITS}, got {config.credit!r}")
+  req(config.credit in _CREDITS, "credit", f"must be one of {_CREDITS}, got {config.credit!r}")
   req(config.baseline in BASELINES, "baseline",
       f"must be one of {BASELINES}, got {config.baseline!r}")
   for f in ("num_envs", "horizon", "num_updates"):

@@ -84,7 +84,7 @@ HPARAMS = ("lr", "sft_lr", "clip_eps", "ent_coef", "kl_coef", "vf_coef", "gamma"
            "gae_lambda", "prm_weight", "turn_weight", "max_grad_norm")
 ESTIMATORS = ("grpo", "rloo", "drgrpo", "ppo")
 AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
-TURN_ADVANTAGES = ("none", "pooled", "per_index")
+_TURN_ADVANTAGES = ("none", "pooled", "per_index")
 CRITICS = ("auto",) + lm.CRITICS
 LR_SCALE_STEP, LR_SCALE_RANGE = 1.5, (1e-2, 1e2)
 
@@ -168,8 +168,8 @@ def validate_fields(config) -> None:
       f"d_model={net.d_model} / num_heads={net.num_heads} must be an even whole number")
   req(net.critic in CRITICS, "network.critic",
       f"must be one of {CRITICS}, got {net.critic!r}")
-  req(config.turn_advantage in TURN_ADVANTAGES, "turn_advantage",
-      f"must be one of {TURN_ADVANTAGES}, got {config.turn_advantage!r}")
+  req(config.turn_advantage in _TURN_ADVANTAGES, "turn_advantage",
+      f"must be one of {_TURN_ADVANTAGES}, got {config.turn_advantage!r}")
   req(config.turn_advantage == "none" or config.estimator != "ppo", "turn_advantage",
       "turn-level advantages are for the group estimators, not ppo")
   req(all(int(k) >= 1 for k in config.sft_turns), "sft_turns",
@@ -204,7 +204,7 @@ def make_network(config, env, horizon: int) -> lm.TokenLM:
                     critic=critic_kind(config))
 
 
-def sft_envs(config):
+def _sft_envs(config):
   """`[(env, env_params)]` whose oracle demonstrations the warm start imitates: the
   recipe's env, or ToolArith-v0 at each k of `config.sft_turns` (other kwargs alike)."""
   env, env_params = train_lib.make_env(config)
@@ -241,7 +241,7 @@ def token_counts(config) -> Dict[str, int]:
          "value": streams * (horizon + 1) if config.estimator == "ppo" else 0}
   out["rl_update"] = sum(out.values())
   out["sft_step"] = int(config.sft_batch) * sum(int(e.oracle_steps)
-                                                for e, _ in sft_envs(config))
+                                                for e, _ in _sft_envs(config))
   return out
 
 
@@ -260,8 +260,8 @@ def turn_advantages(info, valid, kind: str, num_slots: int) -> jax.Array:
     calls j >= turn(t). Normalising: `(r - mean) / (std + 1e-6)`, std with ddof 1 as in
     `baselines.group_advantages`; 0 where fewer than 2 calls share the statistics.
   """
-  if kind not in TURN_ADVANTAGES[1:]:
-    raise ValueError(f"kind must be one of {TURN_ADVANTAGES[1:]}, got {kind!r}")
+  if kind not in _TURN_ADVANTAGES[1:]:
+    raise ValueError(f"kind must be one of {_TURN_ADVANTAGES[1:]}, got {kind!r}")
   shape = valid.shape
   for name in ("call_end", "call_needed", "turn"):
     if info[name].shape != shape or len(shape) != 3:
@@ -305,7 +305,7 @@ def sft_loss(network, params, demo: tokens.Demonstrations):
           episodes.masked_mean(right, mask))
 
 
-def sft_loss_mixed(network, params, demos):
+def _sft_loss_mixed(network, params, demos):
   """`sft_loss` over demonstrations of several lengths (a list of `Demonstrations`): the
   cross-entropy and accuracy averaged over all their agent tokens together."""
   nll = right = count = 0.0
@@ -325,12 +325,12 @@ class Supervised:
 
   `init(params, hp) -> opt_state`; `run(params, opt_state, keys [S, 2], hp) -> (params,
   opt_state, (loss [S], accuracy [S]))`: one Adam step at `hp["sft_lr"]` per key, each
-  on `sft_batch` demonstrations of every env of `sft_envs(config)` (split as the
+  on `sft_batch` demonstrations of every env of `_sft_envs(config)` (split as the
   config's env). `tokens_per_step`: tokens through the model per step.
   """
 
   def __init__(self, config):
-    self.envs = sft_envs(config)
+    self.envs = _sft_envs(config)
     env, env_params = self.envs[0]
     self.network = make_network(config, env, int(env_params.max_steps_in_episode))
     self.optimizer = train_lib.make_optimizer(config)
@@ -346,7 +346,7 @@ class Supervised:
       return sft_loss(self.network, params,
                       tokens.demonstrations(env, env_params, key, self.batch))
     keys = jax.random.split(key, len(self.envs))
-    return sft_loss_mixed(self.network, params, [
+    return _sft_loss_mixed(self.network, params, [
         tokens.demonstrations(e, p, k, self.batch) for (e, p), k in zip(self.envs, keys)])
 
   def run(self, params, opt_state, keys, hp):
@@ -362,12 +362,12 @@ class Supervised:
     return params, opt_state, out
 
 
-def graft(params, source):
+def _graft(params, source):
   """`params` with every leaf that `source` (a checkpoint of another critic kind of the
   same LM) holds at the same path replaced by it: the warm-started actor into a network
   with a separate critic trunk, whose own trunk keeps `params`' values."""
   if isinstance(params, dict) or hasattr(params, "items"):
-    return {k: graft(v, source[k]) if k in source else v for k, v in params.items()}
+    return {k: _graft(v, source[k]) if k in source else v for k, v in params.items()}
   if jnp.shape(params) != jnp.shape(source):
     raise ValueError(f"checkpoint leaf {jnp.shape(source)} does not fit {jnp.shape(params)}")
   return source
@@ -582,12 +582,12 @@ def make_train(config, features=()) -> train_lib.Train:
 
   def from_params(params, key, hparams=None):
     """A fresh `TrainState` (optimiser, reference, lr scale) from a checkpoint's LM
-    params (`graft`ed into this network's tree: a separate critic trunk starts from
+    params (`_graft`ed into this network's tree: a separate critic trunk starts from
     its initialisation), as `init` after a warm start; `key` [2] or typed."""
     hp = train._hparams(hparams)
     key = train_lib._raw_key(key)
     k_params, k_run = jax.random.split(key)
-    return start(graft(lm.init_params(network, k_params), params), k_run, hp)
+    return start(_graft(lm.init_params(network, k_params), params), k_run, hp)
 
   train = train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,

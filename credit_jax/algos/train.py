@@ -40,7 +40,7 @@ Metrics = Dict[str, Array]
 
 # --- the config fields every recipe shares ------------------------------------------------
 
-ACTIVATIONS = ("tanh", "relu", "gelu", "silu")
+_ACTIVATIONS = ("tanh", "relu", "gelu", "silu")
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -76,7 +76,7 @@ def base_config() -> ml_collections.ConfigDict:
 
 
 # The groups of fields every recipe shares (`base_config`): no feature claims them.
-SHARED_BLOCKS = ("env_kwargs", "network")
+_SHARED_BLOCKS = ("env_kwargs", "network")
 
 
 def checkpoint_at_end(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -134,7 +134,7 @@ def _validate_shared(config) -> None:
   sizes = tuple(config.network.hidden_sizes)
   req(len(sizes) >= 1 and all(int(s) >= 1 for s in sizes), "network.hidden_sizes",
       f"must be a non-empty list of positive ints, got {sizes}")
-  req(config.network.activation in ACTIVATIONS, "network.activation",
+  req(config.network.activation in _ACTIVATIONS, "network.activation",
       f"must be tanh, relu, gelu or silu, got {config.network.activation!r}")
   req(int(config.chunk_updates) >= 1, "chunk_updates",
       f"must be >= 1, got {config.chunk_updates}")
@@ -269,7 +269,7 @@ def validate(config, algo: str, fields_fn: Callable[[Any], None],
   _validate_shared(config)
   fields_fn(config)
   features.check(config, recipe if recipe is not None else hooks.Recipe(algo), passed,
-                 SHARED_BLOCKS)
+                 _SHARED_BLOCKS)
   made, env, env_params = _validate_env(config)
   if whole_episodes:
     check_rollout_horizon(config, env, env_params)

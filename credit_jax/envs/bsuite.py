@@ -88,7 +88,7 @@ from gymnax.environments.bsuite import umbrella_chain as gx_umbrella
 from credit_jax.envs import base
 
 BSUITE_HORIZONS = (1, 3, 10, 30, 100)   # discounting_chain's reward horizons
-BONUS = 0.1                              # the bonus chain pays 1 + BONUS
+_BONUS = 0.1                              # the bonus chain pays 1 + BONUS
 
 
 @struct.dataclass
@@ -114,7 +114,7 @@ class DiscountingParams(environment.EnvParams):
   reward_timestep: Any = None                    # [n_actions] int32 each chain's horizon
                                                  # (default_params fills it in)
   mapping_seed: int = 0                          # bonus chain = mapping_seed % n_actions
-  optimal_return: float = 1.0 + BONUS            # the bonus chain's reward
+  optimal_return: float = 1.0 + _BONUS            # the bonus chain's reward
   max_steps_in_episode: int = base.MAX_STEPS     # no time limit (episodes end at the
                                                  # longest horizon)
 
@@ -310,5 +310,5 @@ class DiscountingChain(base.CreditEnv, gx_discounting.DiscountingChain):
     return obs, state, jnp.asarray(reward, jnp.float32), terminated, info
 
 
-__all__ = ["BONUS", "BSUITE_HORIZONS", "DiscountingChain", "DiscountingParams", "MemoryChain",
+__all__ = ["BSUITE_HORIZONS", "DiscountingChain", "DiscountingParams", "MemoryChain",
            "MemoryParams", "UmbrellaChain", "UmbrellaParams"]

@@ -11,7 +11,7 @@ episode is L steps (a termination at step L).
   cells 1..L-3  the **fixed** apple layout, the same in every episode: their code draws
                 it once, `numpy.random.default_rng(2022).choice([0, 1, 2], size=L - 3,
                 p=[0.2, 0.4, 0.4])` (`distractor_prob` 0.8, `random_distractors=False`);
-                0 empty, 1 a left apple, 2 a right apple. Stored below as `LAYOUT` (the
+                0 empty, 1 a left apple, 2 a right apple. Stored below as `_LAYOUT` (the
                 first 1000 draws; the draw for any L is a prefix of it, so L <= 1003),
                 tested equal to a fresh draw (tests/test_conveyor_treasure.py).
   cell L-2      the door. OPEN_DOOR (3) opens it when the key is held.
@@ -61,7 +61,7 @@ LAYOUT_SEED, DISTRACTOR_PROB = 2022, 0.8
 
 # numpy.random.default_rng(2022).choice([0, 1, 2], size=1000, p=[0.2, 0.4, 0.4]), as
 # digits: the contents of cells 1, 2, ... of every corridor.
-LAYOUT = (
+_LAYOUT = (
     "10202200122111122222102210100101010100211121121022011220222101112111010011211102"
     "22021212220222221122121221220210011022212110222010102012202122212011102122121200"
     "21221221121112211021211211222011111011121212212102112111002212102212021021102222"
@@ -76,14 +76,14 @@ LAYOUT = (
     "12121210222202110122121212001021222121102012112111022102212020020020021021011202"
     "0111111101221202211212110110111222101102"
 )
-MAX_LENGTH = len(LAYOUT) + 3
+_MAX_LENGTH = len(_LAYOUT) + 3
 
 
 def layout_cells(length: int) -> np.ndarray:
   """[L] int32 (host): every cell's content at the start of an episode (door closed)."""
   cells = np.zeros(length, np.int32)
   cells[0] = KEY
-  cells[1:length - 2] = np.frombuffer(LAYOUT[:length - 3].encode(), np.uint8) - ord("0")
+  cells[1:length - 2] = np.frombuffer(_LAYOUT[:length - 3].encode(), np.uint8) - ord("0")
   cells[length - 2] = DOOR
   return cells
 
@@ -112,7 +112,7 @@ class ConveyorTreasure(Corridor):
 
   def __init__(self, length: int = 103):
     super().__init__()
-    self.length = base.check_int("length", length, minimum=3, maximum=MAX_LENGTH)
+    self.length = base.check_int("length", length, minimum=3, maximum=_MAX_LENGTH)
     self.horizon = self.length
     self.obs_shape = (1 + NUM_CONTENTS + 2,)
     self._cells_np = layout_cells(self.length)

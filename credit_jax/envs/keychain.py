@@ -128,7 +128,7 @@ from gymnax.environments import environment
 from credit_jax.envs import base, hashing
 from credit_jax.envs import keychain_switches
 
-POSITION_MODES = ("random", "fixed")
+_POSITION_MODES = ("random", "fixed")
 
 
 @struct.dataclass
@@ -180,8 +180,8 @@ class KeyChain(base.CreditEnv):
           f"{self.num_pivotal} pivotal steps must lie in [cue_delay, horizon) = "
           f"[{cue_delay}, {horizon}), so cue_delay must be <= "
           f"{self.horizon - self.num_pivotal}")
-    if positions not in POSITION_MODES:
-      raise ValueError(f"positions must be one of {POSITION_MODES}, got {positions!r}")
+    if positions not in _POSITION_MODES:
+      raise ValueError(f"positions must be one of {_POSITION_MODES}, got {positions!r}")
     self.positions = positions
     self.pivotal_flag = base.check_bool("pivotal_flag", pivotal_flag)
     self.distractor_cues = base.check_bool("distractor_cues", distractor_cues)

@@ -88,7 +88,7 @@ class KeyToDoorParams(environment.EnvParams):
   max_steps_in_episode: int = 1 << 30   # time limit; make() sets the longest episode
 
 
-def noise_unit(seed, t):
+def _noise_unit(seed, t):
   """Unit-variance uniform noise of (seed: uint32, t: int32), same shapes broadcast.
 
   The top 24 bits of `hashing.mix32(seed, t)` give u in [0, 1), mapped to
@@ -195,7 +195,7 @@ class KeyToDoor(base.CreditEnv):
     has_key = state.has_key | picked
     apple = (phase == 1) & (t - state.eaten_at[new_pos] >= params.regrow)
     apple_r = jnp.where(apple, params.apple_reward
-                        + params.apple_noise * noise_unit(state.noise_seed, t), 0.0)
+                        + params.apple_noise * _noise_unit(state.noise_seed, t), 0.0)
     eaten_at = jnp.where(apple, state.eaten_at.at[new_pos].set(t), state.eaten_at)
     opened = (phase == 2) & (new_pos == DOOR_CELL) & has_key
     reward = (apple_r + jnp.where(opened, params.door_reward, 0.0)).astype(jnp.float32)

@@ -43,7 +43,7 @@ from gymnax.environments import environment
 from credit_jax.envs import base, goal
 
 PAD = -1
-GOAL_EDITS = ("substitute", "any", "upto", "all")
+_GOAL_EDITS = ("substitute", "any", "upto", "all")
 LEFT, RIGHT, DELETE, SUBMIT, WRITE = 0, 1, 2, 3, 4
 
 
@@ -70,8 +70,8 @@ class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
   def __init__(self, buffer_len: int = 8, vocab_size: int = 4, start_len: int = 6,
                num_edits: int = 2, goal_edits: str = "substitute"):
     super().__init__()
-    if goal_edits not in GOAL_EDITS:
-      raise ValueError(f"goal_edits must be one of {GOAL_EDITS}, got {goal_edits!r}")
+    if goal_edits not in _GOAL_EDITS:
+      raise ValueError(f"goal_edits must be one of {_GOAL_EDITS}, got {goal_edits!r}")
     self.goal_edits = goal_edits
     self.buffer_len = base.check_int("buffer_len", buffer_len, minimum=1,
                                      maximum=base.MAX_STEPS // 4)  # limit 4 * len

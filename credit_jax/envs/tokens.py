@@ -65,7 +65,6 @@ NUM_SYMBOLS = 16
 VOCAB_SIZE = 48
 
 TOP, CALL, ANSWER_MODE = 0, 1, 2
-SPLITS = (0, 1, 2)                       # params.split: all tasks, training half, held-out half
 
 _NAMES = {PAD: "_", BOS: "<bos>", EOS: "<eos>", ANSWER: "ANSWER", END: "END", SEP: ";",
           ERR: "ERR", NOTFOUND: "NOTFOUND", CALC: "CALC", LOOKUP: "LOOKUP", PLUS: "+",

@@ -39,7 +39,7 @@ from credit_jax.nets.mlp import MLP
 
 Array = jax.Array
 
-__all__ = ["GatedHindsightModel", "HindsightModel", "ReturnPredictor", "relu_gate"]
+__all__ = ["GatedHindsightModel", "HindsightModel", "ReturnPredictor"]
 
 
 class ReturnPredictor(nn.Module):
@@ -85,7 +85,7 @@ class HindsightModel(nn.Module):
                     bias_init=nn.initializers.zeros, name="head")(x)
 
 
-def relu_gate(x: Array) -> Array:
+def _relu_gate(x: Array) -> Array:
   """`[..., 2n] -> [..., n]`: `relu(x[..., :n]) - relu(x[..., n:])` (a signed ReLU)."""
   first, second = jnp.split(jax.nn.relu(x), 2, axis=-1)
   return first - second
@@ -93,7 +93,7 @@ def relu_gate(x: Array) -> Array:
 
 def _mirrored(scale: float):
   """A kernel initialiser `[H, 2n]` whose two halves are equal (orthogonal, `scale`), so
-  `relu_gate` of the layer's output is exactly 0 at initialisation."""
+  `_relu_gate` of the layer's output is exactly 0 at initialisation."""
   base = initializers.orthogonal(scale)
 
   def init(key, shape, dtype=jnp.float32):
@@ -120,14 +120,14 @@ class GatedHindsightModel(nn.Module):
     z = jax.nn.relu(nn.Dense(self.hidden_size, name="torso")(x))
     head = lambda n, name: nn.Dense(2 * n, kernel_init=_mirrored(1.0),
                                     bias_init=nn.initializers.zeros, name=name)
-    logits = relu_gate(head(a, "logits")(z))                          # [..., A]
-    gate = relu_gate(head(2 * a * a, "gate")(z)).reshape(lead + (a, 2 * a))
+    logits = _relu_gate(head(a, "logits")(z))                          # [..., A]
+    gate = _relu_gate(head(2 * a * a, "gate")(z)).reshape(lead + (a, 2 * a))
     logp = jax.nn.log_softmax(jax.lax.stop_gradient(policy_logits).astype(jnp.float32))
     feats = jnp.concatenate([logp, jnp.log1p(-jnp.minimum(jnp.exp(logp), 1 - 1e-6))],
                             axis=-1)                                  # [..., 2A]
     return logits + jnp.einsum("...ij,...j->...i", gate, feats)
 
 
-def num_parameters(params) -> int:
+def _num_parameters(params) -> int:
   """The number of scalars in a parameter pytree (host int)."""
   return int(sum(np.prod(np.shape(x)) for x in jax.tree.leaves(params)))

@@ -51,7 +51,7 @@ from credit_jax import fast_paths
 from credit_jax.nets import initializers
 
 Array = jax.Array
-Kernels = Tuple[Array, Array, Array]
+_Kernels = Tuple[Array, Array, Array]
 
 
 class _Dense(nn.Module):
@@ -75,7 +75,7 @@ class GRUCell(nn.Module):
   features: int
 
   @nn.compact
-  def __call__(self, in_features: int) -> Tuple[Array, Array, Kernels, Array]:
+  def __call__(self, in_features: int) -> Tuple[Array, Array, _Kernels, Array]:
     """`(w_i [in_features, 3H], b_i [3H], (w_hr, w_hz, w_hn) [H, H] each, b_h [3H])`,
     gates (r, z, n). The recurrent kernels stay three arrays (the parameters
     themselves: a step multiplies each on its own, so none is sliced out of a
@@ -136,7 +136,7 @@ def _activations():
   return jnp.tanh, jax.nn.sigmoid
 
 
-def kernels(w_h) -> Kernels:
+def kernels(w_h) -> _Kernels:
   """The recurrent kernels per gate, `(w_hr, w_hz, w_hn)` `[K, H, H]` each, from `w_h`:
   either that tuple already or the concatenation `[K, H, 3H]` (gates r, z, n)."""
   if isinstance(w_h, (tuple, list)):

@@ -40,7 +40,7 @@ Array = jax.Array
 CRITICS = ("shared", "separate")
 
 
-def rotary(x: Array, positions: Array) -> Array:
+def _rotary(x: Array, positions: Array) -> Array:
   """Rotary position embedding: `x [..., H, dh]` rotated by `positions [...]` (int).
 
   Pairs `(x_i, x_{i + dh/2})` turn by angle `pos * 10000^(-2i/dh)`, so a query-key dot
@@ -89,7 +89,7 @@ class Trunk(nn.Module):
     qkv = self.qkv[layer](self.ln_attn[layer](x))
     qkv = qkv.reshape(x.shape[:-1] + (3, self.num_heads, self.head_dim))
     q, k, v = qkv[..., 0, :, :], qkv[..., 1, :, :], qkv[..., 2, :, :]
-    return rotary(q, positions), rotary(k, positions), v
+    return _rotary(q, positions), _rotary(k, positions), v
 
   def attend(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
     """q [N, H, dh], k/v [S, H, dh], mask [N, S] bool -> [N, H, dh]."""

@@ -39,8 +39,7 @@ import numpy as np
 
 Array = jax.Array
 
-__all__ = ["KINDS", "Linear", "Tabular", "floor_logits", "group_categories",
-           "joint_index", "make_table_network", "table_size"]
+__all__ = ["KINDS", "Linear", "Tabular", "joint_index", "make_table_network", "table_size"]
 
 KINDS = ("tabular", "linear")
 
@@ -60,7 +59,7 @@ def table_size(groups: Sequence[Tuple[int, int]]) -> int:
   return int(np.prod([b - a + 1 for a, b in _check_groups(groups)]))
 
 
-def group_categories(obs: Array, start: int, stop: int) -> Array:
+def _group_categories(obs: Array, start: int, stop: int) -> Array:
   """[...] int32 category of one group of `obs: [..., D]`: 0 when all its features are
   <= 0, else 1 + the index of its largest feature."""
   part = obs[..., start:stop]
@@ -73,11 +72,11 @@ def joint_index(obs: Array, groups: Sequence[Tuple[int, int]]) -> Array:
   group most significant), in `[0, table_size(groups))`."""
   index = jnp.zeros(obs.shape[:-1], jnp.int32)
   for a, b in _check_groups(groups):
-    index = index * (b - a + 1) + group_categories(obs, a, b)
+    index = index * (b - a + 1) + _group_categories(obs, a, b)
   return index
 
 
-def floor_logits(logits: Array, min_prob: float) -> Array:
+def _floor_logits(logits: Array, min_prob: float) -> Array:
   """`logits: [..., A]` -> log of `(1 - A min_prob) softmax(logits) + min_prob`
   (the logits themselves when `min_prob` is 0)."""
   if not min_prob:
@@ -117,7 +116,7 @@ class _FeatureHeads(nn.Module):
     logits = x @ self.param("W", zeros, (f, self.num_actions))
     if self.bias:
       logits = logits + self.param("b", zeros, (self.num_actions,))
-    logits = floor_logits(logits, self.min_prob)
+    logits = _floor_logits(logits, self.min_prob)
     if not self.value_head:
       return logits, jnp.zeros(logits.shape[:-1], jnp.float32)
     value = x @ self.param("w", zeros, (f,))

@@ -29,7 +29,7 @@ import orbax.checkpoint as ocp
 from credit_jax.runtime import cli
 
 CONFIG_FILE = "config.json"
-CORRUPT_SUFFIX = "_corrupt"
+_CORRUPT_SUFFIX = "_corrupt"
 
 
 class CheckpointError(RuntimeError):
@@ -202,7 +202,7 @@ class Checkpointer:
   def move_aside(self, step: int) -> str:
     """Moves checkpoint `step` to `<directory>_corrupt/<step>` (a new name if taken);
     returns where it went. With several processes, process 0 moves it and all wait."""
-    dest_dir = self.directory + CORRUPT_SUFFIX
+    dest_dir = self.directory + _CORRUPT_SUFFIX
     dest = os.path.join(dest_dir, str(step))
     n = 1
     while os.path.exists(dest):
@@ -225,7 +225,7 @@ class Checkpointer:
     self.close()
 
 
-BEST_FILE = "best.json"
+_BEST_FILE = "best.json"
 
 
 def best_metric_of(config, headline) -> Tuple[Optional[str], str]:
@@ -274,7 +274,7 @@ class BestCheckpoint:
     self.checkpointer.save(step, state)
     info = {"metric": self.metric, "mode": self.mode, "step": int(step), "value": value}
     if jax.process_index() == 0:
-      path = os.path.join(self.checkpointer.directory, BEST_FILE)
+      path = os.path.join(self.checkpointer.directory, _BEST_FILE)
       with open(path + ".tmp", "w") as f:
         json.dump(info, f, indent=2)
       os.replace(path + ".tmp", path)
@@ -288,7 +288,7 @@ class BestCheckpoint:
 def read_best(directory: str) -> Optional[dict]:
   """`best.json` of a `BestCheckpoint` directory, if it names a checkpoint that exists."""
   try:
-    with open(os.path.join(directory, BEST_FILE)) as f:
+    with open(os.path.join(directory, _BEST_FILE)) as f:
       info = json.load(f)
   except (OSError, ValueError):
     return None

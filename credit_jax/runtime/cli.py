@@ -22,7 +22,7 @@ guard off: the error is raised with its traceback, and the log lines of the libr
 underneath (orbax's, jax's) are printed as they come.
 
 Errors are matched to statuses by class name along the exception's MRO
-(`EXIT_CODES`), so that this module imports nothing of credit_jax: scripts/sweep.py
+(`_EXIT_CODES`), so that this module imports nothing of credit_jax: scripts/sweep.py
 loads it by path before JAX may start.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ DEBUG_ENV = "CREDIT_JAX_DEBUG"
 EXIT_BUG, EXIT_USAGE, EXIT_RUN, EXIT_HANG, EXIT_WRITE = 1, 2, 3, 4, 5
 
 # Exception class name -> exit status; the first name found along the MRO wins.
-EXIT_CODES: Dict[str, int] = {
+_EXIT_CODES: Dict[str, int] = {
     "UsageError": EXIT_USAGE,            # absl.app
     "ConfigError": EXIT_USAGE,           # credit_jax.config
     "WorkdirError": EXIT_USAGE,          # credit_jax.runtime.workdir
@@ -50,7 +50,7 @@ EXIT_CODES: Dict[str, int] = {
     "OutputError": EXIT_WRITE,           # credit_jax.runtime.evaluate (--output=PATH)
 }
 # errnos of a write that failed for want of room or a writable device.
-WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG)
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG)
 
 
 def debug_enabled(argv: Optional[Sequence[str]] = None) -> bool:
@@ -67,7 +67,7 @@ def debug_enabled(argv: Optional[Sequence[str]] = None) -> bool:
   return found
 
 
-def define_debug_flag(flags_module) -> None:
+def _define_debug_flag(flags_module) -> None:
   """Defines `--debug` on absl's flags (once), so absl accepts it."""
   if "debug" not in flags_module.FLAGS:
     flags_module.DEFINE_bool(
@@ -101,13 +101,13 @@ def _chain(error: BaseException):
 
 def is_write_failure(error: BaseException) -> bool:
   """True when `error` (or one it came from) is a failed write: an OSError with an errno
-  of `WRITE_ERRNOS`, or an orbax/tensorstore error that reports one (they raise
+  of `_WRITE_ERRNOS`, or an orbax/tensorstore error that reports one (they raise
   ValueError with the OS error in the text)."""
   for e in _chain(error):
-    if isinstance(e, OSError) and e.errno in WRITE_ERRNOS:
+    if isinstance(e, OSError) and e.errno in _WRITE_ERRNOS:
       return True
     match = re.search(r"os_error_code='?(\d+)", str(e))
-    if match and int(match.group(1)) in WRITE_ERRNOS:
+    if match and int(match.group(1)) in _WRITE_ERRNOS:
       return True
     if "No space left on device" in str(e) or "Disk quota exceeded" in str(e):
       return True
@@ -117,8 +117,8 @@ def is_write_failure(error: BaseException) -> bool:
 def exit_code_of(error: BaseException) -> int:
   """The exit status for `error` (see the module docstring)."""
   for cls in type(error).__mro__:
-    if cls.__name__ in EXIT_CODES:
-      return EXIT_CODES[cls.__name__]
+    if cls.__name__ in _EXIT_CODES:
+      return _EXIT_CODES[cls.__name__]
   if is_write_failure(error):
     return EXIT_WRITE
   return EXIT_BUG
@@ -251,7 +251,7 @@ def parse_flags(argv: Sequence[str]) -> list:
   """`absl.app`'s flag parsing (a `flags_parser` for `app.run`), with every parse error
   one line and exit status 2 (see `flag_error_line`), unless `debug_enabled`."""
   from absl import flags  # pylint: disable=g-import-not-at-top
-  define_debug_flag(flags)
+  _define_debug_flag(flags)
   if debug_enabled(argv):
     from absl import app  # pylint: disable=g-import-not-at-top
     return app.parse_flags_with_usage(list(argv))

@@ -4,9 +4,9 @@ The run loop (credit_jax/runtime/run.py) hands each chunk's metrics `{name: [S, 
 `DivergenceGuard.observe`, which returns one warning line per kind, the first time it is
 seen in the run (the run goes on; a non-finite loss is what stops it):
 
-  * entropy collapse: `entropy` <= `ZERO` for `patience` updates in a row (some seed):
+  * entropy collapse: `entropy` <= `_ZERO` for `patience` updates in a row (some seed):
     the policy acts deterministically and stops exploring;
-  * no gradient: `grad_norm` <= `ZERO` for `patience` updates in a row: no update
+  * no gradient: `grad_norm` <= `_ZERO` for `patience` updates in a row: no update
     changes the parameters (updates where every group had no contrast, `degenerate_frac`
     1, do not count: GRPO then has no signal yet, which is not a fault);
   * loss explosion: |`loss`| above `factor` times the larger of 1 and the median |loss|
@@ -20,9 +20,9 @@ from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 
-ZERO = 1e-6          # entropy / gradient norm at or below this count as zero
-PATIENCE = 5         # updates in a row
-EXPLODE_FACTOR = 1e3
+_ZERO = 1e-6          # entropy / gradient norm at or below this count as zero
+_PATIENCE = 5         # updates in a row
+_EXPLODE_FACTOR = 1e3
 
 
 class DivergenceGuard:
@@ -35,7 +35,7 @@ class DivergenceGuard:
     lr: the run's learning rate, named in the advice.
   """
 
-  def __init__(self, patience: int = PATIENCE, factor: float = EXPLODE_FACTOR,
+  def __init__(self, patience: int = _PATIENCE, factor: float = _EXPLODE_FACTOR,
                lr: Optional[float] = None):
     if patience < 1 or factor <= 1:
       raise ValueError(f"need patience >= 1 and factor > 1, got {patience}, {factor}")
@@ -53,7 +53,7 @@ class DivergenceGuard:
                    what: str) -> Optional[str]:
     streak = self._streak.get(name, np.zeros(values.shape[0], np.int64))
     for u in range(values.shape[1]):
-      streak = np.where(np.abs(values[:, u]) <= ZERO, streak + 1, 0)
+      streak = np.where(np.abs(values[:, u]) <= _ZERO, streak + 1, 0)
       hit = np.flatnonzero(streak >= self.patience)
       if hit.size and name not in self.warned:
         self.warned.add(name)

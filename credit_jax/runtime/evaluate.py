@@ -63,14 +63,14 @@ from credit_jax.runtime import run as run_lib
 from credit_jax.types import SequencePolicy
 
 EVAL_DIR = "eval"
-MAX_DEFAULT_STEPS = 100_000   # an env time limit above this is no episode length
+_MAX_DEFAULT_STEPS = 100_000   # an env time limit above this is no episode length
 
 
 class OutputError(OSError):
   """An explicit `output` path could not be written (the table was printed)."""
 
 
-def default_output(workdir: str, which: str, step: int) -> str:
+def _default_output(workdir: str, which: str, step: int) -> str:
   """A path under `workdir/eval/` no earlier evaluation used, for checkpoint `which`."""
   name = f"{which}_update{int(step)}" if which in ("latest", "best") else f"update{int(step)}"
   stem = os.path.join(workdir, EVAL_DIR, name)
@@ -202,7 +202,7 @@ def _max_steps(config, env_params, max_steps: Optional[int]) -> int:
     limit = int(limit)
   except (TypeError, ValueError):
     limit = None
-  if limit is not None and 1 <= limit <= MAX_DEFAULT_STEPS:
+  if limit is not None and 1 <= limit <= _MAX_DEFAULT_STEPS:
     return limit
   if config.get("horizon") is not None:
     return int(config.horizon)
@@ -223,7 +223,7 @@ def _summaries(success, returns, lengths, ended) -> Dict[str, Any]:
   return out
 
 
-def evaluate_params(train, params, key: jax.Array, episodes: int, greedy: bool,
+def _evaluate_params(train, params, key: jax.Array, episodes: int, greedy: bool,
                     max_steps: int, collect: Optional[Dict] = None) -> Dict[str, np.ndarray]:
   """Per-episode arrays of one seed's `params` under its sampled or greedy policy:
   `success` [E] bool (or None), `return` [E], `length` [E] int, `ended` [E] bool.
@@ -310,7 +310,7 @@ def evaluate_run(workdir: str, checkpoint: str = "latest", episodes: int = 256,
       params = jax.tree.map(lambda x, i=i: x[i], state.params)
       key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(int(seed)),
                                                   0x45564C), 2 * i + int(g))
-      ep = evaluate_params(train, params, key, episodes, g, steps, cache)
+      ep = _evaluate_params(train, params, key, episodes, g, steps, cache)
       per_seed.append({"seed": i, **_summaries(ep["success"], ep["return"], ep["length"],
                                                ep["ended"])})
       for k in pooled:
@@ -329,8 +329,8 @@ def evaluate_run(workdir: str, checkpoint: str = "latest", episodes: int = 256,
                        if results[next(iter(results))]["all"].get("success") is not None
                        else None),
       "results": results}
-  log(format_table(summary))
-  path = os.path.abspath(output) if output else default_output(workdir, str(checkpoint),
+  log(_format_table(summary))
+  path = os.path.abspath(output) if output else _default_output(workdir, str(checkpoint),
                                                                step)
   try:
     _write_json(path, dict(summary, written_to=path))
@@ -347,7 +347,7 @@ def evaluate_run(workdir: str, checkpoint: str = "latest", episodes: int = 256,
   return dict(summary, written_to=path)
 
 
-def format_table(summary: Dict[str, Any]) -> str:
+def _format_table(summary: Dict[str, Any]) -> str:
   """The terminal table of an `evaluate_run` summary."""
   ck = summary["checkpoint"]
   lines = [f"{summary['algo']} on {summary['env_name']}, checkpoint of update "

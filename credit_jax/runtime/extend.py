@@ -24,7 +24,7 @@ from credit_jax import algos
 LENGTH_FIELDS = ("num_updates", "total_timesteps")
 
 
-def chunk_program(train, seeds: int, chunk: int) -> str:
+def _chunk_program(train, seeds: int, chunk: int) -> str:
   """The lowered text of `train`'s chunk of `chunk` updates over `seeds` vmapped seeds."""
   init = jax.vmap(train.init, in_axes=(0, None))
   run = jax.vmap(functools.partial(train.run, num_updates=chunk), in_axes=(0, None))
@@ -50,7 +50,7 @@ def check(config, saved: Optional[Dict[str, Any]], current: Dict[str, Any], trai
     for f in changed:
       previous[f] = saved[f]
   seeds, chunk = int(config.seeds), int(config.chunk_updates)
-  if chunk_program(make_train(previous), seeds, chunk) != chunk_program(train, seeds,
+  if _chunk_program(make_train(previous), seeds, chunk) != _chunk_program(train, seeds,
                                                                          chunk):
     why = (" (config.anneal_lr=True: the learning rate falls to 0 over num_updates)"
            if config.get("anneal_lr") else "")

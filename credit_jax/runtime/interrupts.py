@@ -22,7 +22,7 @@ import signal
 import threading
 from typing import Any, Callable, Optional
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Abandoned(Exception):
@@ -107,7 +107,7 @@ class StopSignals:
 
   def __enter__(self) -> "StopSignals":
     if threading.current_thread() is threading.main_thread():
-      for s in SIGNALS:
+      for s in _SIGNALS:
         self._previous[s] = signal.signal(s, self._handle)
     return self
 

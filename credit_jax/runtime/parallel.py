@@ -44,7 +44,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-SEED_AXIS = "seeds"
+_SEED_AXIS = "seeds"
 
 
 def seed_mesh(devices: Optional[Sequence[Any]] = None) -> Mesh:
@@ -52,12 +52,12 @@ def seed_mesh(devices: Optional[Sequence[Any]] = None) -> Mesh:
   devices = list(jax.devices() if devices is None else devices)
   if not devices:
     raise ValueError("seed_mesh needs at least one device")
-  return Mesh(np.asarray(devices), (SEED_AXIS,))
+  return Mesh(np.asarray(devices), (_SEED_AXIS,))
 
 
 def seed_sharding(mesh: Mesh) -> NamedSharding:
   """Splits a leading seed axis over `mesh`'s devices; other axes stay whole."""
-  return NamedSharding(mesh, PartitionSpec(SEED_AXIS))
+  return NamedSharding(mesh, PartitionSpec(_SEED_AXIS))
 
 
 def shard_seeds(tree: Any, mesh: Mesh) -> Any:

@@ -29,7 +29,7 @@ import time
 from typing import Callable, Optional
 
 EXIT_CODE = 4
-BACKSTOP_S = 60.0   # the C-level backstop fires this long after the watchdog should have
+_BACKSTOP_S = 60.0   # the C-level backstop fires this long after the watchdog should have
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +79,7 @@ class Watchdog:
   def __init__(self, options: WatchdogOptions, describe: Callable[[], str],
                advice: Callable[[], str] = lambda: "",
                on_fire: Optional[Callable[[], None]] = None,
-               backstop_s: float = BACKSTOP_S):
+               backstop_s: float = _BACKSTOP_S):
     self.options = options
     self._backstop_s = float(backstop_s) if on_fire is None else None
     self._describe = describe

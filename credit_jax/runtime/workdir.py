@@ -81,7 +81,7 @@ def _pid_alive(pid: int) -> bool:
   return True
 
 
-def describe_holder(info: dict) -> str:
+def _describe_holder(info: dict) -> str:
   return (f"pid {info.get('pid')} on host {info.get('host')} (started "
           f"{info.get('started')}: {info.get('command')})")
 
@@ -143,10 +143,10 @@ class WorkdirLock:
       if not got or (not self._use_flock and previous and self._alive(previous, me)):
         raise WorkdirBusyError(
             f"workdir {os.path.dirname(self.path)} is in use by "
-            f"{describe_holder(previous or {})}; wait for that run to end or use "
+            f"{_describe_holder(previous or {})}; wait for that run to end or use "
             f"another --workdir (its lock: {self.path})")
       if previous:
-        self._log(f"took over the lock of a run that is gone: {describe_holder(previous)}")
+        self._log(f"took over the lock of a run that is gone: {_describe_holder(previous)}")
       info = {"host": me[0], "pid": me[1],
               "started": datetime.datetime.now(datetime.timezone.utc).isoformat(
                   timespec="seconds"),

@@ -133,7 +133,7 @@ def new_slots(masked_logits: Array, key: Array, num_slots: int, sampled: bool):
   if not sampled:
     actions = jnp.arange(masked_logits.shape[-1], dtype=jnp.int32)
   else:
-    actions = top_k_indices(masked_logits + jax.random.gumbel(key, masked_logits.shape),
+    actions = _top_k_indices(masked_logits + jax.random.gumbel(key, masked_logits.shape),
                             num_slots)
   valid = masked_logits[actions] > MASKED_LOGIT / 2
   prior = jnp.where(valid, probs[actions], 0.0)
@@ -143,7 +143,7 @@ def new_slots(masked_logits: Array, key: Array, num_slots: int, sampled: bool):
   return actions, record
 
 
-def top_k_indices(x: Array, k: int) -> Array:
+def _top_k_indices(x: Array, k: int) -> Array:
   """Indices [k] of the k largest entries of x: [A], largest first.
 
   For small k, k masked argmaxes: XLA's CPU `top_k` under vmap costs ~20x more here.

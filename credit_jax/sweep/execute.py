@@ -33,9 +33,9 @@ from credit_jax.sweep import _reuse
 from credit_jax.sweep import grid as grid_lib
 from credit_jax.sweep import results as results_lib
 
-SWEEP_CONFIG = "sweep_config.json"
+_SWEEP_CONFIG = "sweep_config.json"
 ROWS_FILE = "rows.json"
-TIMING_FILE = "timing.json"
+_TIMING_FILE = "timing.json"
 # Test hook: SIGKILL this process right after this many chunks have been checkpointed.
 KILL_AFTER_CHUNKS_ENV = "CREDIT_JAX_SWEEP_KILL_AFTER_CHUNKS"
 _checkpoints_saved = [0]   # over every call of this process, for the hook above
@@ -53,11 +53,11 @@ def _read_json(path: str):
     return json.load(f)
 
 
-def check_workdir_config(plan, workdir: str, primary: bool) -> None:
+def _check_workdir_config(plan, workdir: str, primary: bool) -> None:
   """Saves the sweep (and its base) config on the first run; refuses a different one."""
   current = {"sweep": _reuse.config_to_json(plan.sweep),
              "base": _reuse.config_to_json(plan.base)}
-  path = os.path.join(workdir, SWEEP_CONFIG)
+  path = os.path.join(workdir, _SWEEP_CONFIG)
   if os.path.exists(path):
     diffs = _reuse.config_diff(_read_json(path), current)
     if diffs:
@@ -124,7 +124,7 @@ def _call_inputs(call, seeds: int):
   return keys, hp
 
 
-def run_recipe_call(plan, call, workdir: str, progress: Progress, log, primary: bool,
+def _run_recipe_call(plan, call, workdir: str, progress: Progress, log, primary: bool,
                     metrics: Sequence[str]) -> None:
   """Runs (or resumes) one compiled call of `cells x seeds` runs and writes its rows."""
   train, seeds, config = call.train, plan.seeds, call.cells[0].config
@@ -153,7 +153,7 @@ def run_recipe_call(plan, call, workdir: str, progress: Progress, log, primary: 
       state = _reuse.parallel.shard_seeds(state, mesh)
     hp = _reuse.parallel.shard_seeds(hp, mesh)
   progress.steps_done += start * per_update * batch
-  timing_path = os.path.join(call_dir, TIMING_FILE)
+  timing_path = os.path.join(call_dir, _TIMING_FILE)
   timing = _read_json(timing_path) if start and os.path.exists(timing_path) else {
       "compile_s": 0.0, "run_s": 0.0}
   writers = [_reuse.MetricsWriter(os.path.join(workdir, "cells", c.name), resume_step=start)
@@ -242,7 +242,7 @@ def _flag(value) -> str:
   return str(value)
 
 
-def run_experiment_cell(plan, call, workdir: str, progress: Progress, log, primary: bool,
+def _run_experiment_cell(plan, call, workdir: str, progress: Progress, log, primary: bool,
                         metrics: Sequence[str]) -> None:
   """Each seed of the cell is one experiment run with `config.seed = base seed + i`."""
   cell = call.cells[0]
@@ -324,7 +324,7 @@ def run_sweep(sweep, workdir: str, shard: Tuple[int, int] = (0, 1),
   workdir = os.path.abspath(workdir)
   plan = grid_lib.plan(sweep, features=features)
   os.makedirs(workdir, exist_ok=True)
-  check_workdir_config(plan, workdir, primary)
+  _check_workdir_config(plan, workdir, primary)
   metric, metrics = _metrics(plan)
   log(f"sweep {sweep.base}: {plan.describe()}")
   mine = _assigned(plan.calls, shard, plan)
@@ -346,9 +346,9 @@ def run_sweep(sweep, workdir: str, shard: Tuple[int, int] = (0, 1),
   t0 = time.perf_counter()
   for call in pending:
     if plan.experiment:
-      run_experiment_cell(plan, call, workdir, progress, log, primary, metrics)
+      _run_experiment_cell(plan, call, workdir, progress, log, primary, metrics)
     else:
-      run_recipe_call(plan, call, workdir, progress, log, primary, metrics)
+      _run_recipe_call(plan, call, workdir, progress, log, primary, metrics)
   _sync("sweep-done")
   rows, missing = [], []
   for cell in plan.cells:

@@ -115,13 +115,13 @@ def load_config_file(spec: str):
     raise ConfigError(f"sweep.base: {spec!r}: {e}") from e
 
 
-def flatten_axes(axes, prefix: str = "") -> List[Tuple[str, tuple]]:
+def _flatten_axes(axes, prefix: str = "") -> List[Tuple[str, tuple]]:
   """`[(dotted field, values)]` from the nested `sweep.axes` (leaves are tuples/lists)."""
   out = []
   for key in sorted(axes.keys()) if axes is not None else ():
     value, field = axes[key], prefix + key
     if isinstance(value, (ml_collections.ConfigDict, dict)):
-      out += flatten_axes(value, field + ".")
+      out += _flatten_axes(value, field + ".")
     elif isinstance(value, (tuple, list)):
       if not value:
         raise ConfigError(f"sweep.axes.{field}: empty axis; give at least one value")
@@ -140,7 +140,7 @@ def _leaves(tree, prefix: str = ""):
       yield prefix + key, value
 
 
-def set_field(config, field: str, value, where: str) -> None:
+def _set_field(config, field: str, value, where: str) -> None:
   """Sets the dotted `field` of `config`; ConfigError naming `where.field` if unknown."""
   *parents, last = field.split(".")
   node = config
@@ -168,7 +168,7 @@ def _fmt(value) -> str:
   return str(value)
 
 
-def cell_name(index: int, values: Dict[str, Any]) -> str:
+def _cell_name(index: int, values: Dict[str, Any]) -> str:
   parts = [f"{field.split('.')[-1]}={_fmt(v)}" for field, v in values.items()]
   name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", ",".join(parts))[:80]
   return f"c{index:03d}" + (f"-{name}" if name else "")
@@ -176,7 +176,7 @@ def cell_name(index: int, values: Dict[str, Any]) -> str:
 
 def runs_upper_bound(sweep) -> int:
   """Seeds times every axis's length: the most runs one compiled call can hold (no JAX)."""
-  lengths = [len(v) for _, v in flatten_axes(sweep.get("axes"))]
+  lengths = [len(v) for _, v in _flatten_axes(sweep.get("axes"))]
   return int(sweep.seeds) * int(math.prod(lengths))
 
 
@@ -211,19 +211,19 @@ def expand(sweep) -> Tuple[Any, List[Tuple[str, tuple]], List[Cell]]:
   base = load_config_file(str(sweep.base))
   overrides = sweep.get("overrides")
   for field, value in (_leaves(overrides) if overrides is not None else ()):
-    set_field(base, field, value, "sweep.overrides")
-  axes = flatten_axes(sweep.get("axes"))
+    _set_field(base, field, value, "sweep.overrides")
+  axes = _flatten_axes(sweep.get("axes"))
   for field, values in axes:   # every field is known before any cell is built
-    set_field(base.copy_and_resolve_references(), field, values[0], "sweep.axes")
+    _set_field(base.copy_and_resolve_references(), field, values[0], "sweep.axes")
   cells = []
   for index, combo in enumerate(itertools.product(*[v for _, v in axes])):
     values = {field: value for (field, _), value in zip(axes, combo)}
     config = base.copy_and_resolve_references()
     for field, value in values.items():
-      set_field(config, field, value, "sweep.axes")
+      _set_field(config, field, value, "sweep.axes")
     if "seeds" in config and not sweep.experiment:
       config.seeds = int(sweep.seeds)
-    cells.append(Cell(index, cell_name(index, values), values, config))
+    cells.append(Cell(index, _cell_name(index, values), values, config))
   return base, axes, cells
 
 
@@ -267,11 +267,11 @@ def plan(sweep, memory_limit_bytes: Optional[int] = None, features=()) -> Plan:
       calls.append(Call(len(calls), name, part,
                         train=algos.make_train(part[0].config, features)))
   result = Plan(sweep, base, "", axes, traced, static, cells, calls)
-  check_memory(result, memory_limit_bytes)
+  _check_memory(result, memory_limit_bytes)
   return result
 
 
-def run_bytes(train) -> int:
+def _run_bytes(train) -> int:
   """A rough per-run memory estimate: the train state 4x (parameters, Adam moments,
   gradients, a copy between chunks) plus 8 copies of one update's rollout (float32
   observations and ~16 floats per step: actions, values, advantages, the backward pass)."""
@@ -286,7 +286,7 @@ def run_bytes(train) -> int:
   return 4 * state + 8 * train.env_steps_per_update * (obs + 64)
 
 
-def default_memory_limit() -> int:
+def _default_memory_limit() -> int:
   """Half the host's RAM on a CPU; 80% of the first device's memory otherwise."""
   import jax  # pylint: disable=g-import-not-at-top
   device = jax.local_devices()[0]
@@ -297,13 +297,13 @@ def default_memory_limit() -> int:
   return int(0.5 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
-def check_memory(plan_: Plan, limit: Optional[int] = None) -> None:
+def _check_memory(plan_: Plan, limit: Optional[int] = None) -> None:
   gb = float(plan_.sweep.get("memory_limit_gb", 0.0) or 0.0)
   limit = limit if limit is not None else (int(gb * 2**30) if gb > 0
-                                          else default_memory_limit())
+                                          else _default_memory_limit())
   for call in plan_.calls:
     runs = len(call.cells) * plan_.seeds
-    call.est_bytes = run_bytes(call.train) * runs
+    call.est_bytes = _run_bytes(call.train) * runs
     if call.est_bytes > limit:
       vm = ", ".join([f"sweep.axes.{f}" for f in plan_.traced] + ["sweep.seeds"])
       raise ConfigError(

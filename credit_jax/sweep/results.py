@@ -24,8 +24,8 @@ import numpy as np
 
 from credit_jax import stats
 
-RESULTS_CSV = "results.csv"
-RESULTS_MD = "results.md"
+_RESULTS_CSV = "results.csv"
+_RESULTS_MD = "results.md"
 
 
 def _per_seed(record: dict, metric: str, seeds: int) -> List[float]:
@@ -67,7 +67,7 @@ def experiment_rows(summaries: Sequence[dict], cell, metrics: Sequence[str],
   """Rows of one experiment cell: one per seed, from each run's summary dict."""
   rows = []
   for s, (summary, secs) in enumerate(zip(summaries, seconds)):
-    flat = flatten_numbers(summary)
+    flat = _flatten_numbers(summary)
     names = metrics or sorted(flat)
     row = {"cell": cell.name, **{k: _csv_value(v) for k, v in cell.values.items()},
            "seed": s, "env_steps": ""}
@@ -79,12 +79,12 @@ def experiment_rows(summaries: Sequence[dict], cell, metrics: Sequence[str],
   return rows
 
 
-def flatten_numbers(tree, prefix: str = "") -> Dict[str, float]:
+def _flatten_numbers(tree, prefix: str = "") -> Dict[str, float]:
   """The numeric scalars of a nested dict, keyed by dotted paths."""
   out = {}
   for k, v in tree.items():
     if isinstance(v, dict):
-      out.update(flatten_numbers(v, f"{prefix}{k}."))
+      out.update(_flatten_numbers(v, f"{prefix}{k}."))
     elif isinstance(v, (int, float)) and not isinstance(v, bool):
       out[prefix + k] = float(v)
   return out
@@ -174,7 +174,7 @@ def markdown(rows: Sequence[dict], axes: Sequence[str], title: str, metric: str 
   return "\n".join(lines) + "\n"
 
 
-def plot_axes(rows: Sequence[dict], axes: Sequence[str], metric: str,
+def _plot_axes(rows: Sequence[dict], axes: Sequence[str], metric: str,
               workdir: str) -> List[str]:
   """One PNG per axis with 2+ values: final `metric` against it; returns the paths."""
   import matplotlib  # pylint: disable=g-import-not-at-top
@@ -231,10 +231,10 @@ def _sort_key(v):
 def write_tables(rows: Sequence[dict], axes: Sequence[str], metric: str, workdir: str,
                  title: str) -> Dict[str, Any]:
   """results.csv, results.md and the figures for `rows`; returns their paths."""
-  csv_path = write_csv(rows, os.path.join(workdir, RESULTS_CSV))
-  md_path = os.path.join(workdir, RESULTS_MD)
+  csv_path = write_csv(rows, os.path.join(workdir, _RESULTS_CSV))
+  md_path = os.path.join(workdir, _RESULTS_MD)
   tmp = f"{md_path}.{os.getpid()}.tmp"
   with open(tmp, "w") as f:
     f.write(markdown(rows, axes, title, metric))
   os.replace(tmp, md_path)
-  return {"csv": csv_path, "md": md_path, "figures": plot_axes(rows, axes, metric, workdir)}
+  return {"csv": csv_path, "md": md_path, "figures": _plot_axes(rows, axes, metric, workdir)}
