@@ -29,7 +29,8 @@ and the estimator sums over **all** actions, not only the sampled one:
 where `F_t(m)` is the discounted reward of class m still to come (`future_by_class`).
 A reward the action had no influence on (an apple for a key step, anything for a
 distractor step) gets `w = 0`: no credit and no noise. The surrogate whose gradient
-this is: `all_action_loss` (REINFORCE) and `clipped_all_action_loss` (PPO).
+this is: `all_action_loss` (REINFORCE) and `clipped_all_action_terms` (PPO's, through
+`algos/losses.py`).
 
 Training the hindsight model (online, on the policy's own episodes): HCA by the cross
 entropy of `h(. | o_t, Z_t)` against `a_t` on every step (`hca_loss`); COCOA by the cross
@@ -52,9 +53,8 @@ from credit_jax import returns
 
 Array = jax.Array
 
-__all__ = ["CocoaCredit", "all_action_loss", "all_action_terms", "clipped_all_action_loss",
-           "clipped_all_action_terms", "cocoa_credit",
-           "cocoa_loss", "future_by_class", "hca_advantages", "hca_loss",
+__all__ = ["CocoaCredit", "all_action_loss", "all_action_terms", "clipped_all_action_terms",
+           "cocoa_credit", "cocoa_loss", "future_by_class", "hca_advantages", "hca_loss",
            "check_shape", "check_time_batch", "reward_classes", "step_credit_mass"]
 
 # Hindsight probabilities are floored here before dividing by them: a learned h that
@@ -266,21 +266,6 @@ def clipped_all_action_terms(logits: Array, old_logits: Array, actions: Array,
   every = jnp.sum(jnp.exp(old) * clip(rho, c), axis=-1)
   rho_taken = jnp.take_along_axis(rho, actions[..., None].astype(jnp.int32), -1)[..., 0]
   return -(clip(rho_taken, jax.lax.stop_gradient(immediate)) + every)
-
-
-def clipped_all_action_loss(logits: Array, old_logits: Array, actions: Array,
-                            immediate: Array, contributions: Array, clip_eps: Any,
-                            valid: Array = None) -> Array:
-  """[] `clipped_all_action_terms` averaged over the valid steps.
-
-  Args:
-    logits, old_logits: [T, B, A]; actions: [T, B] int; immediate: [T, B];
-    contributions: [T, B, A]; clip_eps: [] float; valid: optional [T, B] bool.
-  """
-  terms = clipped_all_action_terms(logits, old_logits, actions, immediate, contributions,
-                                   clip_eps)
-  m = _mask(np.shape(immediate), valid).astype(terms.dtype)
-  return jnp.sum(terms * m) / jnp.maximum(jnp.sum(m), 1.0)
 
 
 def step_credit_mass(pi: Array, immediate: Array, contributions: Array) -> Array:

@@ -122,11 +122,6 @@ def keychain_success_probability(env: KeyChain, logits_fn: LogitsFn, actor_param
   return jnp.prod(q)
 
 
-def keychain_exact_gradient(env: KeyChain, logits_fn: LogitsFn, actor_params):
-  """grad J with respect to `actor_params` (a pytree like it)."""
-  return jax.grad(lambda p: keychain_success_probability(env, logits_fn, p))(actor_params)
-
-
 def gradient_stats(grads: Array, true_grad: Array) -> Dict[str, Array]:
   """The module docstring's statistics of N estimates `grads [N, D]` against `true_grad
   [D]` (`bias` relative to ||true_grad||; `objective` and `success` are not here)."""

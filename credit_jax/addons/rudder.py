@@ -73,9 +73,8 @@ from credit_jax.types import Trajectory
 
 Array = jax.Array
 
-__all__ = ["Columns", "Rudder", "RudderFeature", "add_config", "columns_of",
-           "episode_returns", "lessons_add", "lessons_init", "lessons_sample",
-           "redistribute", "whole_episodes", "window_of"]
+__all__ = ["Columns", "Rudder", "RudderFeature", "add_config", "columns_of", "lessons_add",
+           "lessons_init", "lessons_sample", "redistribute", "whole_episodes", "window_of"]
 
 
 def _episode_starts(dones: Array) -> Array:
@@ -91,28 +90,6 @@ def _segment_cumsum(x: Array, dones: Array) -> Array:
   flip = lambda a: jnp.flip(a, axis=0)
   return flip(returns.discounted_returns(flip(x), 1.0,
                                          terminated=flip(_episode_starts(dones))))
-
-
-def episode_returns(rewards: Array, dones: Array, valid: Array = None
-                    ) -> Tuple[Array, Array]:
-  """Each step's episode return and whether that episode ends inside the window.
-
-  Args:
-    rewards: [T, B] float; dones: [T, B] bool (the episode's last step);
-    valid: optional [T, B] bool (invalid steps count as reward 0 and never complete).
-  Returns:
-    (G [T, B]: the total reward of the episode step t belongs to, up to the window's end;
-     complete [T, B] bool: that episode's last step lies inside the window).
-  """
-  check_time_batch(rewards, dones, valid)
-  mask = jnp.ones(rewards.shape, bool) if valid is None else jnp.asarray(valid, bool)
-  dones = jnp.asarray(dones, bool) & mask
-  rewards = jnp.where(mask, rewards, 0.0)
-  ahead = returns.discounted_returns(rewards, 1.0, terminated=dones)   # t .. episode end
-  total = _segment_cumsum(rewards, dones) + ahead - rewards
-  ends = returns.discounted_returns(dones.astype(jnp.float32), 1.0,
-                                    terminated=dones) > 0
-  return total, ends & mask
 
 
 def redistribute(predictions: Array, rewards: Array, dones: Array, valid: Array = None
@@ -150,8 +127,9 @@ def _prediction_loss(predictions: Array, targets: Array, dones: Array, complete:
   redistributed reward, to the earliest step that reveals the outcome).
 
   Args:
-    predictions, targets: [T, B] float (`targets`: `episode_returns`' G).
-    dones, complete: [T, B] bool (`complete`: `episode_returns`' second output).
+    predictions, targets: [T, B] float (`targets`: the return of the episode step t
+      belongs to).
+    dones, complete: [T, B] bool (`complete`: that episode ends inside the window).
     aux_weight: [] float >= 0.
     weights: optional [B] float per-column weights (e.g. 0 for empty buffer slots).
   Returns:
@@ -522,4 +500,3 @@ class _RudderBound(hooks.Bound):
       shaped = window_of(shaped, signal.rewards.shape[0])
     return signal._replace(rewards=jnp.reshape(shaped, signal.rewards.shape)), carry, \
         metrics
-
