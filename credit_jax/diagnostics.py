@@ -19,7 +19,7 @@ Everything here measures such estimates against a ground truth, and is pure and 
     `biased_logits(A, q)` answers every pivotal step right with probability q. Its exact
     objective and gradient are the variance-scaling study's
     (credit_jax/experiments/variance_scaling/exact.py); GRPO's degenerate groups are the
-    GRPO degradation study's (credit_jax/experiments/grpo_degradation/degenerate.py).
+    GRPO degradation study's (credit_jax/experiments/grpo_degradation/degenerate_groups.py).
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from credit_jax import diagnostics as dg
-from credit_jax.experiments.grpo_degradation import degenerate
+from credit_jax.experiments.grpo_degradation import degenerate_groups as dgg
 from credit_jax.experiments.variance_scaling import exact
 from credit_jax import envs, rollout
 
@@ -185,34 +185,34 @@ def test_fit_time_value_is_the_per_step_mean():
 
 def test_degenerate_fraction_hand_case_and_analytic_values():
   rewards = jnp.array([[0.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
-  assert float(degenerate.degenerate_fraction(rewards)) == 0.5
-  np.testing.assert_allclose(degenerate.analytic_degenerate_fraction(0.5, 2), 0.5)
-  np.testing.assert_allclose(degenerate.analytic_degenerate_fraction(jnp.array([0.0, 1.0]), 8), 1.0)
-  np.testing.assert_allclose(degenerate.analytic_degenerate_fraction(0.1, 8), 0.1 ** 8 + 0.9 ** 8,
+  assert float(dgg.degenerate_fraction(rewards)) == 0.5
+  np.testing.assert_allclose(dgg.analytic_degenerate_fraction(0.5, 2), 0.5)
+  np.testing.assert_allclose(dgg.analytic_degenerate_fraction(jnp.array([0.0, 1.0]), 8), 1.0)
+  np.testing.assert_allclose(dgg.analytic_degenerate_fraction(0.1, 8), 0.1 ** 8 + 0.9 ** 8,
                              rtol=1e-6)
   # K = 3 by enumeration: only 000 and 111 of the 8 patterns are degenerate.
   p = 0.3
   patterns = list(itertools.product((0, 1), repeat=3))
   prob = sum(p ** sum(x) * (1 - p) ** (3 - sum(x)) for x in patterns if len(set(x)) == 1)
-  np.testing.assert_allclose(degenerate.analytic_degenerate_fraction(p, 3), prob, rtol=1e-6)
+  np.testing.assert_allclose(dgg.analytic_degenerate_fraction(p, 3), prob, rtol=1e-6)
 
 
 @pytest.mark.parametrize("p", [0.02, 0.2, 0.9])
 def test_measured_degenerate_fraction_matches_analytic_within_3se(p):
   groups, size = 20000, 8
   rewards = jax.random.bernoulli(jax.random.key(7), p, (groups, size)).astype(jnp.float32)
-  analytic = float(degenerate.analytic_degenerate_fraction(p, size))
+  analytic = float(dgg.analytic_degenerate_fraction(p, size))
   se = np.sqrt(analytic * (1 - analytic) / groups)
-  assert abs(float(degenerate.degenerate_fraction(rewards)) - analytic) <= 3 * se
+  assert abs(float(dgg.degenerate_fraction(rewards)) - analytic) <= 3 * se
 
 
 def test_informative_success_range():
-  low, high = degenerate.informative_success_range(8, 0.5)
-  np.testing.assert_allclose(degenerate.analytic_degenerate_fraction(low, 8), 0.5, atol=1e-6)
+  low, high = dgg.informative_success_range(8, 0.5)
+  np.testing.assert_allclose(dgg.analytic_degenerate_fraction(low, 8), 0.5, atol=1e-6)
   np.testing.assert_allclose(low + high, 1.0, atol=1e-12)
   assert 0.08 < low < 0.09
   with pytest.raises(ValueError, match="max_degenerate"):
-    degenerate.informative_success_range(4, 0.1)   # below the floor 2^(1-K) = 0.125
+    dgg.informative_success_range(4, 0.1)   # below the floor 2^(1-K) = 0.125
 
 
 def test_loglog_slope():

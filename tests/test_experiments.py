@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from credit_jax.experiments.grpo_degradation import degenerate
+from credit_jax.experiments.grpo_degradation import degenerate_groups
 from credit_jax.runtime import metrics
 from credit_jax.algos import ConfigError
 from credit_jax import experiments
@@ -185,7 +185,7 @@ def test_grpo_degradation_smoke(tmp_path):
     assert abs(p["z"]) < 4.0, p
   lo, hi = summary["informative_range"]["8"]
   assert 0.08 < lo < 0.09 and 0.91 < hi < 0.92
-  assert (lo, hi) == tuple(degenerate.informative_success_range(8, 0.5))
+  assert (lo, hi) == tuple(degenerate_groups.informative_success_range(8, 0.5))
   records = metrics.read_jsonl(str(tmp_path / metrics.METRICS_FILE))
   assert len(records) == len(points)
   assert report.read_summary(str(tmp_path))["max_abs_z"] == summary["max_abs_z"]

@@ -31,7 +31,7 @@ import numpy as np
 
 from credit_jax import algos, envs, rollout
 from credit_jax import diagnostics as dg
-from credit_jax.experiments.grpo_degradation import degenerate
+from credit_jax.experiments.grpo_degradation import degenerate_groups
 from credit_jax.algos import train as train_lib, grpo
 from credit_jax.experiments import report
 
@@ -72,8 +72,8 @@ def make_pool_measure(config):
           jax.random.split(k_run, seeds * tasks), p, size)               # [S * N, K]
       rewards = rewards.reshape(seeds, tasks, size)
       out[str(size)] = {
-          "degenerate": jax.vmap(degenerate.degenerate_fraction)(rewards),
-          "conditional": jnp.mean(degenerate.analytic_degenerate_fraction(p, size)
+          "degenerate": jax.vmap(degenerate_groups.degenerate_fraction)(rewards),
+          "conditional": jnp.mean(degenerate_groups.analytic_degenerate_fraction(p, size)
                                   .reshape(seeds, tasks), axis=1),
           "mean_p": jnp.mean(p.reshape(seeds, tasks), axis=1)}
     return out
@@ -101,7 +101,7 @@ def pool_records(out, config) -> list:
                  "degenerate_pool_analytic": analytic,
                  "degenerate_given_draws": float(o["conditional"].mean()),
                  "degenerate_at_mean_p": float(
-                     degenerate.analytic_degenerate_fraction(mean_p, size)),
+                     degenerate_groups.analytic_degenerate_fraction(mean_p, size)),
                  "se": se, "z": (measured - analytic) / se if se > 0 else 0.0})
   return recs
 
@@ -208,7 +208,7 @@ def plot_training(curves, out, workdir: str, max_degenerate: float = 0.5) -> str
   grid = np.linspace(0, 1, 201)
   size = out["group_size"]
   axd.scatter(succ.ravel(), deg.ravel(), s=4, alpha=0.3, label="(seed, update)")
-  axd.plot(grid, np.asarray(degenerate.analytic_degenerate_fraction(grid, size)), color="k",
+  axd.plot(grid, np.asarray(degenerate_groups.analytic_degenerate_fraction(grid, size)), color="k",
            label=f"p^K + (1-p)^K, K={size}, every task at p")
   axd.set(xlabel="success in the update", ylabel="degenerate groups in the update",
           title="each (seed, update) against the curve for tasks of equal p")

@@ -48,7 +48,7 @@ import ml_collections
 import numpy as np
 
 from credit_jax import diagnostics as dg
-from credit_jax.experiments.grpo_degradation import degenerate
+from credit_jax.experiments.grpo_degradation import degenerate_groups
 from credit_jax import algos, envs, rollout
 from credit_jax.runtime import metrics
 from credit_jax.algos import ConfigError
@@ -162,7 +162,7 @@ def make_measure(config, num_pivotal, num_actions):
       # One episode per member (KeyChain lasts exactly `horizon` steps); its return.
       rewards = jnp.sum(traj.rewards * traj.valid, axis=0).reshape(seeds, tasks, g)
       success.append(jnp.mean(rewards, axis=(1, 2)))
-      degenerate.append(jax.vmap(degenerate.degenerate_fraction)(rewards))
+      degenerate.append(jax.vmap(degenerate_groups.degenerate_fraction)(rewards))
     return {"success": jnp.mean(jnp.stack(success), axis=0),             # [S]
             "degenerate": jnp.stack(degenerate)}                         # [G, S]
 
@@ -181,7 +181,7 @@ def point_records(point, k, a, q, out, config, first_index):
   for i, size in enumerate(config.group_sizes):
     seeds_f = np.asarray(out["degenerate"][i], np.float64)
     measured = float(np.mean(seeds_f))
-    analytic = float(degenerate.analytic_degenerate_fraction(p, size))
+    analytic = float(degenerate_groups.analytic_degenerate_fraction(p, size))
     # The standard error of a fraction of `groups` independent groups, at the analytic
     # value (the measured one can be exactly 0 or 1); the spread over seeds is reported
     # beside it as a model-free check.
@@ -240,8 +240,8 @@ def plot(records, config, ranges, workdir, pool=None):
   for i, size in enumerate(config.group_sizes):
     colour = f"C{i}"
     rows = [r for r in records if r["group_size"] == size]
-    ax.plot(grid, np.asarray(degenerate.analytic_degenerate_fraction(grid, size)), color=colour,
-            lw=1.5 if size == head else 1.0, label=f"p^K + (1-p)^K, K={size}")
+    ax.plot(grid, np.asarray(degenerate_groups.analytic_degenerate_fraction(grid, size)),
+            color=colour, lw=1.5 if size == head else 1.0, label=f"p^K + (1-p)^K, K={size}")
     ax.errorbar([r["success_analytic"] for r in rows],
                 [r["degenerate_measured"] for r in rows],
                 yerr=[MAX_Z * r["se"] for r in rows], fmt="o", ms=4, color=colour,
@@ -387,7 +387,7 @@ def run(config, workdir: str, log=print) -> dict:
             f"{head['degenerate_analytic']:.4f}, z {head['z']:+.2f}) | "
             f"{lap.seconds():.1f}s for (k, A)")
   records.sort(key=lambda r: (r["point"], r["group_size"]))
-  ranges = {str(g): degenerate.informative_success_range(g, config.max_degenerate)
+  ranges = {str(g): degenerate_groups.informative_success_range(g, config.max_degenerate)
             for g in config.group_sizes}
   summary = {
       "points": [{key_: r[key_] for key_ in (
