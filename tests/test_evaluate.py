@@ -197,12 +197,16 @@ def _trains_and_evaluates(c, workdir):
   assert os.path.exists(out["written_to"])
 
 
-# Every recipe that trains a policy network on KeyChain, with each network kind it
-# accepts (PPO also with a critic of its own: "actor+critic").
-RECIPES_BY_KIND = [(recipe, kind) for recipe in ("ppo", "grpo", "reinforce")
-                   for kind in ("mlp", "gru", "transformer", "tabular", "linear")] + [
-                       ("search_then_train", "mlp"), ("ppo", "mlp+mlp"),
-                       ("ppo", "mlp+gru"), ("ppo", "gru+mlp")]
+# Every recipe that trains a policy network on KeyChain: PPO with each network kind it
+# accepts (also with a critic of its own: "actor+critic"); GRPO and REINFORCE with one
+# kind of each family (flat MLP, sequence GRU, tabular), since the evaluation path depends
+# on the family (flat policy or replayed carry), not on the recipe. Each case compiles a
+# training and an evaluation program, the suite's main cost.
+RECIPES_BY_KIND = [("ppo", kind) for kind in (
+    "mlp", "gru", "transformer", "tabular", "linear", "mlp+mlp", "mlp+gru", "gru+mlp")] + [
+        (recipe, kind) for recipe in ("grpo", "reinforce")
+        for kind in ("mlp", "gru", "tabular")] + [
+            ("grpo", "transformer"), ("reinforce", "linear"), ("search_then_train", "mlp")]
 
 
 @pytest.mark.slow
