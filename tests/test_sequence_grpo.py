@@ -1,5 +1,5 @@
-"""Tests for GRPO and REINFORCE with sequence networks (credit_jax.algos.grpo_sequence,
-the sequence path of credit_jax.algos.reinforce)."""
+"""Tests for GRPO and REINFORCE with sequence networks (the sequence `Actor` of
+credit_jax.algos.grpo, the sequence path of credit_jax.algos.reinforce)."""
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -8,8 +8,7 @@ import pytest
 
 from credit_jax import algos, nets, rollout
 from credit_jax.nets import sequence as sn
-from credit_jax.algos import (train as train_lib, grpo, grpo_sequence,
-                              reinforce)
+from credit_jax.algos import train as train_lib, grpo, reinforce
 from credit_jax.types import PolicyState
 
 
@@ -46,7 +45,7 @@ def test_group_replay_reproduces_the_rollout_log_probs(kind):
     start = PolicyState(carry=None, prev_action=jnp.full((num_tasks, group), -1, jnp.int32),
                         prev_reward=jnp.zeros((num_tasks, group), jnp.float32))
     inputs = rollout.sequence_inputs(traj, start)
-    logits = grpo_sequence.replay_logits(network, params, traj.obs, *inputs)
+    logits = sn.unroll_episodes(network, params, traj.obs, *inputs)[0]
     return traj, inputs, nets.categorical_log_prob(logits, traj.actions)
 
   traj, inputs, log_probs = jax.jit(replay)(params, jax.random.PRNGKey(1))
@@ -61,8 +60,8 @@ def test_group_replay_reproduces_the_rollout_log_probs(kind):
   np.testing.assert_array_equal(np.asarray(traj.valid[6:]), False)
   # Not trivially equal: the same network with its memory reset at every step (no
   # history) gives other log-probs.
-  memoryless = grpo_sequence.replay_logits(network, params, traj.obs, prev_a, prev_r,
-                                           jnp.ones_like(starts))
+  memoryless = sn.unroll_episodes(network, params, traj.obs, prev_a, prev_r,
+                                  jnp.ones_like(starts))[0]
   assert not np.allclose(nets.categorical_log_prob(memoryless, traj.actions),
                          traj.log_probs, atol=1e-3)
 
@@ -91,7 +90,7 @@ def test_mlp_kind_is_the_unchanged_mlp_path():
   assert c.network.kind == "mlp"                      # GRPO's default_config names it
   old = ml_collections.ConfigDict(c.to_dict())        # a config from before the field
   del old.network["kind"]
-  assert grpo_sequence.network_kind(old) == "mlp"
+  assert train_lib.network_kind(old) == "mlp"
   key = jax.random.PRNGKey(0)
   default = str(jax.make_jaxpr(algos.make_train(old))(key))
   assert str(jax.make_jaxpr(algos.make_train(c))(key)) == default
@@ -111,9 +110,9 @@ def test_network_fields_are_validated():
   with pytest.raises(train_lib.ConfigError, match="network.gru_size"):
     algos.validate_config(c)
   with pytest.raises(ValueError, match="must agree"):
-    grpo_sequence.replay_logits(None, None, jnp.zeros((4, 2, 3, 5)),
-                                jnp.zeros((4, 2, 3), jnp.int32), jnp.zeros((4, 2, 3)),
-                                jnp.zeros((4, 2), bool))
+    sn.unroll_episodes(None, None, jnp.zeros((4, 2, 3, 5)),
+                       jnp.zeros((4, 2, 3), jnp.int32), jnp.zeros((4, 2, 3)),
+                       jnp.zeros((4, 2), bool))
 
 
 @pytest.mark.slow

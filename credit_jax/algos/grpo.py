@@ -31,9 +31,23 @@ episode length per update, a traced env param, so one compile serves every stage
 metrics. Success is `info["success"]` where the env reports it (KeyToDoor-v0), else a
 positive return.
 
-`config.network.kind` picks the policy: "mlp" (the default when the field is absent; this
-module), or "gru" / "transformer", sequence networks that remember the episode, trained by
-`credit_jax.algos.grpo_sequence` (each episode replayed from the initial carry).
+One program for every network: `config.network.kind` (mlp | tabular | linear | gru |
+transformer; "mlp" when the field is absent) picks an `Actor`, the network as a part that
+gives the initial parameters, the rollout policy and the logits of a group rollout or a
+minibatch. A memoryless one reads each step's observation; a sequence network ("gru" /
+"transformer", fields as PPO's, `credit_jax/algos/ppo_agent.py`; its value head unused)
+carries its memory through the group rollout, every member's episode starting from the
+initial carry, and the loss replays each whole episode from that carry (with the
+parameters that acted, the rollout's log-probs up to float rounding); the frozen
+reference of the KL penalty is replayed the same way. The step-credit hooks (VinePPO,
+GiGPO, tree groups), which restart states under a memoryless policy, refuse a sequence
+network (`features.check`).
+
+The update's pieces are functions here that the recipes built on GRPO's fields
+(`grpo_relabel.py`, `search_then_train.py`, `hierarchy.py`) call too: `step_advantages`
+(the hooks' shaping and the group advantages), `policy_data`, `optimise` (the minibatch
+epochs over whole groups), `episode_metrics` and `finish` (metrics, then the hooks'
+`observe`).
 
 Hyperparameters in `hparams` (traced): lr, clip_eps, ent_coef, kl_coef, max_grad_norm.
 
@@ -44,13 +58,18 @@ advantage instead), keeps the PRM in `aux["prm_params"]` and logs its metrics.
 """
 from __future__ import annotations
 
+from typing import Any, Callable, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import ml_collections
 
-from credit_jax import episodes, nets, rollout
-from credit_jax.addons import features as features_lib, hooks as hooks_lib
-from credit_jax.algos import group_update, grpo_sequence, losses, train as train_lib
+from credit_jax import baselines, episodes, nets, rollout
+from credit_jax.addons import (contributions, curriculum, features as features_lib,
+                               hooks as hooks_lib)
+from credit_jax.algos import losses, optim, train as train_lib
+from credit_jax.nets import sequence as sn
+from credit_jax.types import PolicyState
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "kl_coef", "max_grad_norm")
 ADVANTAGES = ("grpo", "rloo", "drgrpo")
@@ -102,7 +121,7 @@ def validate_fields(config) -> None:
   for f in ("ent_coef", "kl_coef"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
   # Recipes built on these fields (grpo_relabel, search_then_train) run MLPs only.
-  grpo_sequence.validate_network(config, config.get("algo", "grpo") == "grpo")
+  train_lib.validate_network(config, config.get("algo", "grpo") == "grpo")
 
 
 def validate_config(config, features=()) -> train_lib.Checked:
@@ -158,35 +177,174 @@ def surrogate_loss(logits, ref_logits, mb, hp, agg: str):
                 "approx_kl": episodes.masked_mean(approx_kl, valid)}
 
 
+# --- the network as a part ---------------------------------------------------------------
+
+class Actor(NamedTuple):
+  """GRPO's policy network, one part for every network kind (module doc).
+
+  network: the flax module. sequential: whether it carries memory (a sequence network).
+  init: `key -> params`. policy: the rollout policy (`PolicyFn` or `SequencePolicy`).
+  inputs: `traj -> {name: [T, N, K]}`, what a minibatch holds beside the observations
+    to replay the episodes of a group rollout `traj` (`{}` for a memoryless network).
+  logits: `(params, data) -> [T, N, K, A]`, the policy at the steps of `data`: `obs`
+    `[T, N, K, ...]` and the `inputs` entries.
+  """
+  network: Any
+  sequential: bool
+  init: Callable
+  policy: Any
+  inputs: Callable
+  logits: Callable
+
+  def rollout_logits(self, params, traj):
+    """`[T, N, K, A]` of a group rollout `traj` (every episode replayed)."""
+    return self.logits(params, {"obs": traj.obs, **self.inputs(traj)})
+
+
+def make_actor(config, env, env_params) -> Actor:
+  """The `Actor` `config.network` describes on `env` (wrappers included)."""
+  flat = train_lib.flat_network(config)
+  network, obs_shape = train_lib.make_network(config, env, env_params, value_head=not flat)
+  if flat:
+    return Actor(network, False, lambda k: train_lib.init_params(network, k, obs_shape),
+                 nets.make_policy_fn(network), lambda traj: {},
+                 lambda params, data: network.apply(params, data["obs"])[0])
+
+  def inputs(traj):   # every member's episode starts from the initial carry
+    num_tasks, group = traj.actions.shape[1:]
+    start = PolicyState(carry=None, prev_action=jnp.full((num_tasks, group), -1, jnp.int32),
+                        prev_reward=jnp.zeros((num_tasks, group), jnp.float32))
+    return dict(zip(("prev_actions", "prev_rewards", "starts"),
+                    rollout.sequence_inputs(traj, start)))
+
+  return Actor(network, True, lambda k: sn.init_params(network, k, obs_shape),
+               sn.make_sequence_policy(network, value=False), inputs,
+               lambda params, data: sn.unroll_episodes(   # [T, N, K, A]
+                   network, params, data["obs"], data["prev_actions"],
+                   data["prev_rewards"], data["starts"])[0])
+
+
+# --- the update's pieces (also the recipes' built on GRPO's fields) ------------------------
+
+def step_advantages(hooks: hooks_lib.Hooks, aux, traj, kind: str, hp, k_perm, update,
+                    params):
+  """GRPO's per-step advantages after the hooks' `shape_rewards` (PRM shaping).
+
+  Args:
+    hooks: the run's `Hooks`; traj: the groups' trajectory, leaves `[T, N, K]`.
+    k_perm: the update's key (the shaping slot draws from `fold_in(k_perm, 2)`).
+  Returns:
+    `(step_adv [T, N, K], degenerate [N], returns [N, K], signal, aux, metrics)`: the
+    group advantage of each episode's (shaped) score at every step, plus the signal's
+    per-step bonus where a hook adds one (PRM form "step").
+  """
+  valid = traj.valid
+  if valid.ndim != 3 or traj.rewards.shape != valid.shape:
+    raise ValueError(f"traj.rewards and traj.valid must both be [T, N, K], got "
+                     f"{traj.rewards.shape} and {valid.shape}")
+  returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, K]
+  signal, aux, metrics = hooks.shape_rewards(
+      aux, hooks_lib.Signal(traj.rewards, scores=returns), traj, hp, k_perm, update, params)
+  adv, degenerate = baselines.group_advantages(signal.scores, kind=kind)  # [N, K], [N]
+  step_adv = jnp.broadcast_to(adv[None], valid.shape)                     # [T, N, K]
+  if signal.bonus is not None:
+    step_adv = step_adv + signal.bonus
+  return step_adv, degenerate, returns, signal, aux, metrics
+
+
+def policy_data(traj, credit, old_logits_fn, **extra):
+  """The minibatch data of a group rollout `traj [T, N, K]`: its `obs`, `actions`,
+  `log_probs`, `valid`, the `credit` as `advantages` (an array `[T, N, K]`, or COCOA's
+  `CocoaCredit`, whose loss also reads `old_logits`: `old_logits_fn() -> [T, N, K, A]`,
+  held constant), and `extra` entries."""
+  data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
+          "advantages": credit, "valid": traj.valid, **extra}
+  if isinstance(credit, contributions.CocoaCredit):
+    data["advantages"] = credit._replace(coefficients=None)   # the loss reads the rest
+    data["old_logits"] = jax.lax.stop_gradient(old_logits_fn())
+  return data
+
+
+def optimise(loss_fn, state, aux, data, hp, k_perm, *, anneal_lr: bool, num_updates: int,
+             num_epochs: int, num_minibatches: int, optimizer):
+  """The update's gradient steps: `num_epochs` passes of `num_minibatches` minibatches
+  that split the task axis (axis 1 of every `data` leaf, `[T, N, K, ...]`), so every
+  group stays whole. `loss_fn(params, minibatch, ref_params, hp)`; `ref_params` is
+  `aux["ref_params"]` where the reference-KL penalty keeps one (else None).
+
+  Returns (params, opt_state, metrics, lr)."""
+  lr = optim.learning_rate(hp["lr"], state.update, num_updates, anneal_lr)
+  ref_params = aux.get("ref_params")
+  params, opt_state, metrics = optim.minibatch_epochs(
+      lambda p, mb: loss_fn(p, mb, ref_params, hp), state.params, state.opt_state,
+      data, k_perm, num_epochs=num_epochs, num_minibatches=num_minibatches, axis=1, lr=lr,
+      max_grad_norm=hp["max_grad_norm"], optimizer=optimizer)
+  return params, opt_state, metrics, lr
+
+
+def episode_metrics(valid, returns, lr):
+  """`lr`, mean episode `return` and mean `episode_length` of a group rollout, all `[]`:
+  `valid [T, N, K]`, `returns [N, K]`, `lr []`."""
+  return {"lr": lr, "return": returns.mean(),
+          "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean()}
+
+
+def finish(hooks: hooks_lib.Hooks, aux, notes, metrics, hook_metrics, traj, returns,
+           step_adv, degenerate, lr, with_success: bool, rollout_steps=None):
+  """GRPO's per-update metrics, then the hooks' `observe` (a curriculum's step).
+
+  `traj` leaves `[T, N, K]`, `returns [N, K]`, `step_adv [T, N, K]`, `degenerate [N]`;
+  `hook_metrics`: what the hooks' earlier slots reported; `rollout_steps`: the steps a
+  replaced rollout took (None: the valid steps). Returns `(aux, metrics)`.
+  """
+  valid = traj.valid
+  if with_success:
+    metrics["success"] = jnp.mean(
+        curriculum.episode_success(traj, returns).astype(jnp.float32))
+  metrics.update(episode_metrics(valid, returns, lr),
+                 degenerate_frac=jnp.mean(degenerate.astype(jnp.float32)))
+  if hooks.counts_steps:   # steps taken: the rollout's (a tree's own count) and the hooks'
+    steps = rollout_steps if rollout_steps is not None else jnp.sum(valid).astype(
+        jnp.float32)
+    hook_metrics = {**hook_metrics, "env_steps": steps + hook_metrics.get("env_steps", 0.0)}
+  metrics.update(hook_metrics)
+  return hooks.observe(aux, notes, hooks_lib.Outcome(metrics.get("success"), step_adv,
+                                                     traj), metrics)
+
+
+# --- the program ----------------------------------------------------------------------------
+
 def make_train(config, features=()) -> train_lib.Train:
   """`Train` for GRPO on `config.env_name` (or on a `Checked` config from
   `validate_config`); see `train_lib.Train` for how to call it. `features`: feature
   objects (`hooks.Feature`) beside the registry's."""
   checked = train_lib.checked(config, features, validate_config)
   config, passed = checked.config, checked.features
-  static = settings(config, checked.made[0])
-  if not train_lib.flat_network(config):   # gru | transformer: with memory
-    return grpo_sequence.make_train(checked, HPARAMS, surrogate_loss, static)
-  env, env_params = features_lib.wrap_env(config, checked.env, checked.env_params, passed)
-  network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)
-  policy_fn = nets.make_policy_fn(network)
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
-   kind, agg) = static
-  hooks = features_lib.bind(config, RECIPE, env, env_params, policy_fn, num_tasks * group,
-                        network, passed=passed)
+   kind, agg) = settings(config, checked.made[0])
+  env, env_params = features_lib.wrap_env(config, checked.env, checked.env_params, passed)
+  actor = make_actor(config, env, env_params)
+  hooks = features_lib.bind(config, RECIPE, env, env_params, actor.policy,
+                            num_tasks * group, None if actor.sequential else actor.network,
+                            actor.rollout_logits, passed=passed)
 
   def init_fn(key, hp):
+    if actor.sequential:   # the keys in the order the sequence program drew them
+      k_params, k_run, k_hooks = jax.random.split(key, 3)
+    else:
+      k_params, *k_hooks, k_run = jax.random.split(key, 2 + hooks.init_keys)
+      k_hooks = k_hooks[0] if k_hooks else None
+    params = actor.init(k_params)
     # The reference policy is the initial one, frozen; it rides in the state so a
     # resumed run penalises the same reference.
-    def aux_fn(params, *keys):
-      aux = {"ref_params": params} if use_kl else {}
-      return {**aux, **hooks.init(keys[0] if keys else None)}
-    return train_lib.init_train_state(network, key, obs_shape, hp, optimizer, aux_fn,
-                                      aux_keys=hooks.init_keys)
+    aux = {"ref_params": params} if use_kl else {}
+    return train_lib.TrainState(
+        params=params, opt_state=optimizer.init(params, hp["max_grad_norm"]), key=k_run,
+        update=jnp.zeros((), jnp.int32), aux={**aux, **hooks.init(k_hooks)})
 
   def loss_fn(params, mb, ref_params, hp):
-    logits, _ = network.apply(params, mb["obs"])                       # [T, n, K, A]
-    ref_logits = network.apply(ref_params, mb["obs"])[0] if use_kl else None
+    logits = actor.logits(params, mb)                                  # [T, n, K, A]
+    ref_logits = actor.logits(ref_params, mb) if use_kl else None
     return surrogate_loss(logits, ref_logits, mb, hp, agg)
 
   def update_fn(state, hp):
@@ -194,30 +352,33 @@ def make_train(config, features=()) -> train_lib.Train:
     roll_params, notes = hooks.env_params(state.aux, env_params, state.update, k_perm)
     traj, aux, roll_metrics = hooks.collect(state.aux, rollout.collect_groups,
                                             hooks_lib.CollectInput(
-        env, roll_params, policy_fn, state.params, k_roll, num_tasks, group, horizon))
-    step_adv, degenerate, returns, signal, aux, hook_metrics = group_update.step_advantages(
+        env, roll_params, actor.policy, state.params, k_roll, num_tasks, group, horizon))
+    step_adv, degenerate, returns, signal, aux, hook_metrics = step_advantages(
         hooks, aux, traj, kind, hp, k_perm, state.update, state.params)
     credit, aux, est_metrics = hooks.advantages(aux, hooks_lib.EstimatorInput(
         traj, signal, None, step_adv, state.params, hp, k_perm))
-    data = group_update.policy_data(traj, credit, lambda: network.apply(
-        state.params, traj.obs)[0])
-    params, opt_state, metrics, lr = group_update.optimise(
+    inputs = actor.inputs(traj)
+    data = policy_data(traj, credit, lambda: actor.logits(
+        state.params, {"obs": traj.obs, **inputs}), **inputs)
+    params, opt_state, metrics, lr = optimise(   # every episode stays whole
         loss_fn, state, aux, data, hp, k_perm, anneal_lr=bool(config.anneal_lr),
         num_updates=n_updates, num_epochs=n_epochs, num_minibatches=n_mb,
         optimizer=optimizer)
-    aux, metrics = group_update.finish(
+    aux, metrics = finish(
         hooks, aux, notes, metrics, hooks_lib.merge_metrics(hook_metrics, est_metrics),
-        traj, returns, group_update.advantage_array(credit, step_adv), degenerate, lr,
-        with_success, roll_metrics.get("env_steps"))
+        traj, returns, step_adv if isinstance(credit, contributions.CocoaCredit)
+        else credit, degenerate, lr, with_success, roll_metrics.get("env_steps"))
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                                 update=state.update + 1, aux=aux), metrics
 
-  return train_lib.attach_evaluation(train_lib.Train(
+  train = train_lib.Train(
       config=config, init_fn=init_fn, update_fn=update_fn,
       default_hparams={**{k: config[k] for k in HPARAMS},
                        **features_lib.hparams(config, passed)},
       num_updates=n_updates,
       env_steps_per_update=(num_tasks * group
                             * train_lib.episode_steps(config, env, env_params)),
-      headline=(("success",) if with_success else ("return",)) + ("degenerate_frac",)),
-      env, env_params, network)
+      headline=(("success",) if with_success else ("return",)) + ("degenerate_frac",))
+  if actor.sequential:
+    return train
+  return train_lib.attach_evaluation(train, env, env_params, actor.network)

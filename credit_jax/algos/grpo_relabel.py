@@ -43,7 +43,7 @@ import ml_collections
 
 from credit_jax import baselines, envs
 from credit_jax import envs, nets, relabel, rollout
-from credit_jax.algos import dqn, group_update, grpo, losses, train as train_lib
+from credit_jax.algos import dqn, grpo, losses, train as train_lib
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "relabel_weight",
            "relabel_threshold", "relabel_ramp", "rho_clip", "importance_weighted")
@@ -190,11 +190,11 @@ def make_train(config, features=()) -> train_lib.Train:
     rel_data, rel_metrics = relabeled_examples(state, traj, returns, k_rel, weight, hp)
     data = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=3), data, rel_data)
     # Minibatches split the task axis (axis 1), so groups and their relabels stay whole.
-    params, opt_state, metrics, lr = group_update.optimise(
+    params, opt_state, metrics, lr = grpo.optimise(
         lambda p, mb, _, hp: loss_fn(p, mb, hp), state, {}, data, hp, k_perm,
         anneal_lr=bool(config.anneal_lr), num_updates=n_updates, num_epochs=n_epochs,
         num_minibatches=n_mb, optimizer=optimizer)
-    metrics.update({**rel_metrics, **group_update.episode_metrics(valid, returns, lr),
+    metrics.update({**rel_metrics, **grpo.episode_metrics(valid, returns, lr),
                     "success": success, "success_ema": ema, "relabel_weight": weight,
                     "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32))})
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,

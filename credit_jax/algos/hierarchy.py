@@ -50,7 +50,7 @@ import numpy as np
 from gymnax.environments import spaces
 
 from credit_jax import nets, rollout
-from credit_jax.algos import group_update, losses, train as train_lib
+from credit_jax.algos import grpo, losses, train as train_lib
 from credit_jax.envs import wrappers
 from credit_jax.types import PresampledPolicy
 
@@ -387,11 +387,11 @@ def make_train(config, features=()) -> train_lib.Train:
     valid = traj.valid
     returns = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)     # [N, G]
     data, extra = _build_data(pair, state.params, traj, hp, k, relabel)
-    params, opt_state, metrics, lr = group_update.optimise(   # every group stays whole
+    params, opt_state, metrics, lr = grpo.optimise(   # every group stays whole
         lambda p, mb, _, hp: loss_fn(p, mb, hp), state, {}, data, hp, k_perm,
         anneal_lr=bool(config.anneal_lr), num_updates=n_updates, num_epochs=n_epochs,
         num_minibatches=n_mb, optimizer=optimizer)
-    metrics.update({**extra, **group_update.episode_metrics(valid, returns, lr),
+    metrics.update({**extra, **grpo.episode_metrics(valid, returns, lr),
                     "success": jnp.mean((returns > 0).astype(jnp.float32)),
                     "env_steps": jnp.sum(valid).astype(jnp.float32)})
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,

@@ -46,7 +46,7 @@ import ml_collections
 from credit_jax import returns
 from credit_jax import nets, rollout
 from credit_jax.addons import features as features_lib, hooks as hooks_lib
-from credit_jax.algos import train as train_lib, grpo_sequence, losses
+from credit_jax.algos import train as train_lib, losses
 from credit_jax import episodes
 from credit_jax.nets import sequence as sn
 from credit_jax.types import PolicyState
@@ -110,7 +110,7 @@ def validate_fields(config) -> None:
   req(0.0 <= eps < 1.0, "explore_epsilon", f"must lie in [0, 1), got {eps}")
   req(eps == 0.0 or train_lib.flat_network(config), "explore_epsilon",
       "needs a memoryless network (network.kind mlp | tabular | linear)")
-  grpo_sequence.validate_network(config)
+  train_lib.validate_network(config)
 
 
 def validate_config(config, features=()) -> train_lib.Checked:
@@ -161,14 +161,9 @@ def replay_sequence(network, params, traj, final: bool):
   batch = traj.rewards.shape[1]
   start = PolicyState(carry=None, prev_action=jnp.full((batch,), -1, jnp.int32),
                       prev_reward=jnp.zeros((batch,), jnp.float32))
-  prev_a, prev_r, starts = rollout.sequence_inputs(traj, start)
-  carry = network.initial_carry()
-
-  def one(o, pa, pr, s, fo, a, r):
-    return sn.unroll(network, params, carry, o, pa, pr, s, (fo, a, r) if final else None)
-
-  return jax.vmap(one, in_axes=1, out_axes=1)(
-      traj.obs, prev_a, prev_r, starts, traj.final_obs, traj.actions, traj.rewards)
+  return sn.unroll_episodes(network, params, traj.obs,
+                            *rollout.sequence_inputs(traj, start),
+                            (traj.final_obs, traj.actions, traj.rewards) if final else None)
 
 
 def _sequence_model(config, env, env_params, with_value: bool) -> Model:

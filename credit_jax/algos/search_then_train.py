@@ -45,7 +45,7 @@ import ml_collections
 from credit_jax import baselines
 from credit_jax import nets, rollout
 from credit_jax import search as search_lib
-from credit_jax.algos import group_update, grpo, losses, train as train_lib
+from credit_jax.algos import grpo, losses, train as train_lib
 from credit_jax import episodes
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "search_weight",
@@ -228,7 +228,7 @@ def make_train(config, features=()) -> train_lib.Train:
             "advantages": jnp.broadcast_to(adv[None], all_valid.shape),
             "weights": weights}
     # Minibatches split the task axis (axis 1), so every group stays whole.
-    params, opt_state, metrics, lr = group_update.optimise(
+    params, opt_state, metrics, lr = grpo.optimise(
         lambda p, mb, _, hp: loss_fn(p, mb, hp), state, {}, data, hp, k_perm,
         anneal_lr=bool(config.anneal_lr), num_updates=n_updates, num_epochs=n_epochs,
         num_minibatches=n_mb, optimizer=optimizer)
@@ -247,7 +247,7 @@ def make_train(config, features=()) -> train_lib.Train:
           "success": jnp.mean((returns > 0).astype(jnp.float32)),
           "greedy_success": jnp.mean((greedy_returns > 0).astype(jnp.float32))})
     metrics.update({
-        **group_update.episode_metrics(valid, returns, lr),
+        **grpo.episode_metrics(valid, returns, lr),
         "all_failed_frac": jnp.mean(failed.astype(jnp.float32)),
         "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32)),
         "sample_env_steps": jnp.sum(valid).astype(jnp.float32)})

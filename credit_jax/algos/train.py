@@ -474,6 +474,27 @@ def validate_sequence_fields(config) -> None:
           f"{net.get('num_heads', 2)}")
 
 
+NETWORK_KINDS = FLAT_KINDS + nets.sequence.KINDS
+
+
+def network_kind(config) -> str:
+  """`config.network.kind`, "mlp" when the config has no such field."""
+  return str(config.network.get("kind", "mlp"))
+
+
+def validate_network(config, sequence_ok: bool = True) -> None:
+  """`config.network.kind` and a sequence network's fields; raises `ConfigError` naming
+  the field. `sequence_ok=False`: the recipe runs memoryless policies only."""
+  kind = network_kind(config)
+  require(kind in NETWORK_KINDS, "network.kind",
+          f"must be one of {NETWORK_KINDS}, got {kind!r}")
+  require(sequence_ok or kind in FLAT_KINDS, "network.kind",
+          f"recipe {config.get('algo', '?')!r} runs memoryless policies only "
+          f"{FLAT_KINDS}, got {kind!r}")
+  if kind not in FLAT_KINDS:
+    validate_sequence_fields(config)
+
+
 def make_network(config, env, env_params, value_head: bool):
   """`(network, obs_shape)`: the actor-critic for `config.network` on `env`'s
   observations: an MLP, a table / linear policy (`network.kind` "tabular" | "linear",

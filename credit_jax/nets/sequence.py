@@ -344,6 +344,37 @@ def unroll(network: nn.Module, params, carry, obs: Array, prev_actions: Array,
   return logits, values, network.apply(params, after, method="heads")[1]
 
 
+def unroll_episodes(network: nn.Module, params, obs: Array, prev_actions: Array,
+                    prev_rewards: Array, starts: Array,
+                    final: Optional[Tuple[Array, Array, Array]] = None
+                    ) -> Tuple[Array, Array, Optional[Array]]:
+  """`unroll` of episodes that start at step 0, each from the network's initial carry.
+
+  Args:
+    obs: [T, *B, *obs_shape]; prev_actions [T, *B] int; prev_rewards [T, *B] float;
+      starts [T, *B] bool (`rollout.sequence_inputs`), with any batch axes `B` (REINFORCE's
+      episodes [T, B], GRPO's groups [T, N, K]).
+    final: None, or `(final_obs, actions, rewards)` shaped as `obs`, `prev_actions`,
+      `prev_rewards` (see `unroll`).
+  Returns:
+    `(logits [T, *B, A], values [T, *B], final_values [T, *B] or None)`.
+  """
+  lead = jnp.shape(starts)
+  if len(lead) < 2 or jnp.shape(prev_actions) != lead or \
+      jnp.shape(prev_rewards) != lead or jnp.shape(obs)[:len(lead)] != lead:
+    raise ValueError(f"obs [T, *B, ...], prev_actions, prev_rewards and starts [T, *B] "
+                     f"must agree, got {jnp.shape(obs)}, {jnp.shape(prev_actions)}, "
+                     f"{jnp.shape(prev_rewards)}, {lead}")
+  carry = network.initial_carry()
+
+  def one(o, pa, pr, s, fin):                                    # one episode [T, ...]
+    return unroll(network, params, carry, o, pa, pr, s, fin)
+
+  for _ in lead[1:]:                                             # one vmap per batch axis
+    one = jax.vmap(one, in_axes=1, out_axes=1)
+  return one(obs, prev_actions, prev_rewards, starts, final)
+
+
 def make_sequence_policy(network: nn.Module, value: bool = True,
                          carry: bool = False) -> SequencePolicy:
   """Wraps a sequence network as a `SequencePolicy` that samples its actions.
