@@ -201,7 +201,7 @@ class Actor(NamedTuple):
     return self.logits(params, {"obs": traj.obs, **self.inputs(traj)})
 
 
-def make_actor(config, env, env_params) -> Actor:
+def _make_actor(config, env, env_params) -> Actor:
   """The `Actor` `config.network` describes on `env` (wrappers included)."""
   flat = train_lib.flat_network(config)
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=not flat)
@@ -323,7 +323,7 @@ def make_train(config, features=()) -> train_lib.Train:
   (num_tasks, group, horizon, n_mb, n_epochs, n_updates, optimizer, with_success, use_kl,
    kind, agg) = settings(config, checked.made[0])
   env, env_params = features_lib.wrap_env(config, checked.env, checked.env_params, passed)
-  actor = make_actor(config, env, env_params)
+  actor = _make_actor(config, env, env_params)
   hooks = features_lib.bind(config, RECIPE, env, env_params, actor.policy,
                             num_tasks * group, None if actor.sequential else actor.network,
                             actor.rollout_logits, passed=passed)
