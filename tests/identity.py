@@ -5,8 +5,9 @@ cases (`{name: run() -> (final TrainState, metrics)}`) and the JSON file the dig
 recorded in; `digests` hashes a run, `compare` names what differs, `main` is the files'
 script form (`--write` records, else every case is compared).
 
-Bits are those of one XLA build on one platform: the recorded file names its jax and
-jaxlib versions and the platform, and the tests skip where they differ. They also depend
+Bits are those of one XLA build on one machine: the recorded file names its jax and
+jaxlib versions, the platform and the CPU (model and vector extensions), and the tests
+skip where they differ. They also depend
 on XLA_FLAGS (the CPU optimisation level, the threading of matrix products): a file holds
 the digests under "cases" for a process without XLA_FLAGS (every case, the script form)
 and under "cases " + the sorted flags for others, such as the test suite's
@@ -58,9 +59,37 @@ def run(train, seeds: int = 0) -> dict:
   return digests(state, metrics)
 
 
+# Instruction-set extensions that change what XLA's CPU backend generates (vector width,
+# fused multiply-adds), hence the order and rounding of float reductions.
+_CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
+              "avx512_fp16", "amx_tile", "asimd", "sve")
+
+
+def cpu() -> str:
+  """The host CPU as XLA's code generation sees it: the model name and which of
+  `_CPU_FLAGS` it has (Linux /proc/cpuinfo; elsewhere Python's `platform` module)."""
+  import platform as platform_lib  # pylint: disable=import-outside-toplevel
+  model, flags = platform_lib.processor() or platform_lib.machine(), set()
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("model name", "CPU part") and model == platform_lib.machine():
+          model = value.strip()
+        elif key in ("flags", "Features"):
+          flags = set(value.split())
+          break
+  except OSError:
+    pass
+  return " ".join([model] + [f for f in _CPU_FLAGS if f in flags])
+
+
 def platform() -> dict:
+  """What the bits depend on besides XLA_FLAGS: jax, jaxlib, the backend and the CPU (a
+  CI machine with another CPU generation skips rather than fails)."""
   return {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
-          "platform": jax.devices()[0].platform}
+          "platform": jax.devices()[0].platform, "cpu": cpu()}
 
 
 def level_key() -> str:
