@@ -269,7 +269,7 @@ def test_mlp_kind_is_the_unchanged_mlp_path():
   assert c.network.kind == "mlp"                      # PPO's default_config names it
   old = ml_collections.ConfigDict(c.to_dict())        # a config from before the field
   del old.network["kind"]
-  assert "kind" not in old.network and ppo.network_kind(old) == "mlp"
+  assert "kind" not in old.network and train_lib.network_kind(old) == "mlp"
   key = jax.random.PRNGKey(0)
   default = str(jax.make_jaxpr(algos.make_train(old))(key))
   assert str(jax.make_jaxpr(algos.make_train(c))(key)) == default

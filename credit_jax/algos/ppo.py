@@ -43,10 +43,8 @@ import ml_collections
 from credit_jax import episodes, returns, rollout
 from credit_jax.addons import contributions, features as features_lib, hooks as hooks_lib
 from credit_jax.algos import losses, ppo_agent, train as train_lib
-from credit_jax.nets import sequence as sn
 
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
-NETWORK_KINDS = train_lib.FLAT_KINDS + sn.KINDS
 ROLLOUTS = ("continuing", "episodes")
 # Hooks (credit_jax/addons/hooks.py, registry features.py) this recipe takes, by rollout:
 # continuing windows take a horizon curriculum, PRM shaping, VinePPO's Monte-Carlo
@@ -72,11 +70,6 @@ def recipe(config) -> hooks_lib.Recipe:
 def episodic(config) -> bool:
   """Whether `config.rollout` is "episodes" (absent: continuing)."""
   return str(config.get("rollout", "continuing")) == "episodes"
-
-
-def network_kind(config) -> str:
-  """`config.network.kind`, "mlp" when the config has no such field."""
-  return str(config.network.get("kind", "mlp"))
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -136,8 +129,9 @@ def validate_fields(config) -> None:
   req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
   for f in ("ent_coef", "vf_coef"):
     req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
-  kind = network_kind(config)
-  req(kind in NETWORK_KINDS, "network.kind", f"must be one of {NETWORK_KINDS}, got {kind!r}")
+  kind = train_lib.network_kind(config)
+  req(kind in train_lib.NETWORK_KINDS, "network.kind",
+      f"must be one of {train_lib.NETWORK_KINDS}, got {kind!r}")
   rollout_kind = str(config.get("rollout", "continuing"))
   req(rollout_kind in ROLLOUTS, "rollout", f"must be one of {ROLLOUTS}, got "
       f"{rollout_kind!r}")
