@@ -44,7 +44,7 @@ import optax
 from credit_jax import exact, nets, returns, rollout
 from credit_jax.addons import contributions as cb, hindsight_credit
 from credit_jax.algos import train as train_lib
-from credit_jax.experiments.cocoa_corridor import study
+from credit_jax.experiments.cocoa_corridor.methods import cell_config
 
 __all__ = ["ESTIMATORS", "first_state_gradient", "rows_of", "shadow"]
 
@@ -102,7 +102,7 @@ def shadow(length: int, config, log: Callable) -> Dict:
   `{estimator: {snr_db, bias_db, bias_floor_db, variance_db}}` (the mean over seeds and
   the measurements after update 0) and every measurement (`points`)."""
   p = config.probe
-  cfg = study.cell_config("cocoa", length, config)
+  cfg = cell_config("cocoa", length, config)
   env, env_params = train_lib.make_env(cfg)
   network, obs_shape = train_lib.make_network(cfg, env, env_params, value_head=False)
   eps = float(config.epsilon)
@@ -113,7 +113,7 @@ def shadow(length: int, config, log: Callable) -> Dict:
   a = env.num_actions
   obs_size = int(np.prod(obs_shape))
   models = (hindsight_credit.Hindsight(
-      "hca", study.cell_config("hca_return", length, config).hca, a, obs_size),
+      "hca", cell_config("hca_return", length, config).hca, a, obs_size),
             hindsight_credit.Hindsight("cocoa", cfg.cocoa, a, obs_size, values))
   tx = optax.adamw(float(p.lr), weight_decay=float(config.weight_decay))
   episodes, horizon, lr_model = int(p.episodes), int(length), float(config.model_lr)

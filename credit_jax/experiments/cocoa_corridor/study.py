@@ -48,22 +48,14 @@ import ml_collections
 import numpy as np
 
 from credit_jax import nets, rollout
-from credit_jax.addons import hindsight_credit
 from credit_jax.algos import reinforce, train as train_lib
 from credit_jax.experiments import report
+from credit_jax.experiments.cocoa_corridor import probe
+from credit_jax.experiments.cocoa_corridor.methods import (LABELS, METHODS, cell_config,
+                                                         entropy_coef)
 
 __all__ = ["METHODS", "cell_config", "combine", "default_config", "entropy_coef",
            "evaluate_fn", "num_seeds", "run", "run_cell", "validate_config"]
-
-METHODS = ("reinforce", "advantage", "hca_return", "cocoa")
-LABELS = {"reinforce": "REINFORCE", "advantage": "Advantage",
-          "hca_return": "HCA (return)", "cocoa": "COCOA-reward"}
-
-
-def entropy_coef(length: int) -> float:
-  """Their entropy bonus at corridor length L: 0.03 (20 / (L - 3))^0.6826."""
-  return 0.03 * (20.0 / (int(length) - 3)) ** 0.68260619448
-
 
 def default_config() -> ml_collections.ConfigDict:
   """The reproduction of docs/results/learned_credit.md; every field commented."""
@@ -109,33 +101,6 @@ def validate_config(config) -> None:
   if int(config.updates) % int(config.eval_every):
     raise ValueError(f"config.updates ({config.updates}) must be a multiple of "
                      f"config.eval_every ({config.eval_every})")
-
-
-def cell_config(method: str, length: int, config) -> ml_collections.ConfigDict:
-  """The REINFORCE config of `method` on the corridor of length `length` (module doc)."""
-  c = reinforce.default_config()
-  c.env_name = "ConveyorTreasure-v0"
-  c.env_kwargs = ml_collections.ConfigDict({"length": int(length)})
-  c.horizon = int(length)
-  c.num_envs, c.num_updates = int(config.episodes), int(config.updates)
-  c.credit, c.gamma = "rtg", 1.0
-  c.baseline = "value" if method == "advantage" else "none"
-  c.optimizer, c.weight_decay, c.adam_eps = "adamw", float(config.weight_decay), 1e-8
-  c.max_grad_norm = 1e9           # no clip (theirs)
-  c.lr = float(config.lrs[method])
-  c.ent_coef = entropy_coef(length)
-  c.explore_epsilon = float(config.epsilon)
-  c.network.hidden_sizes = tuple(config.hidden_sizes)
-  c.network.activation = "relu"
-  c.chunk_updates = int(config.eval_every)
-  train_lib.checkpoint_at_end(c)  # the study saves its own state between chunks
-  if method in ("hca_return", "cocoa"):
-    hindsight_credit.add_config(
-        c, "hca" if method == "hca_return" else "cocoa", model="gated",
-        hidden_sizes=(int(config.model_width),), lr=float(config.model_lr),
-        train_steps=1, fit_first=bool(config.fit_first),
-        weight_decay=float(config.weight_decay), max_grad_norm=0.0)
-  return c
 
 
 def evaluate_fn(cfg, episodes: int) -> Callable:
@@ -298,7 +263,6 @@ def combine(workdirs, out: str) -> dict:
       if name.endswith(".json"):
         summary["cells"].append(_read(os.path.join(cells, name)))
     if os.path.exists(os.path.join(w, "summary.json")):
-      from credit_jax.experiments.cocoa_corridor import probe   # it imports this module
       summary["probe"] += [dict(p, rows=probe.rows_of(p["points"]))
                            for p in report.read_summary(w).get("probe", [])]
   order = {m: i for i, m in enumerate(METHODS)}
@@ -321,7 +285,6 @@ def run(config, workdir: str, log=print) -> dict:
       report.write_summary(workdir, summary, _markdown(summary))
       figures(summary, workdir)
   if tuple(config.probe.lengths):
-    from credit_jax.experiments.cocoa_corridor import probe   # it imports this module
     for length in config.probe.lengths:
       summary["probe"].append(probe.shadow(int(length), config, log))
       report.write_summary(workdir, summary, _markdown(summary))
