@@ -3,15 +3,7 @@ state, the `Train` object, environments and networks from config (the optimiser 
 minibatch epochs: `optim.py`, re-exported here; episode statistics: `credit_jax/episodes.py`).
 
 The recipe contract (what a recipe module exports, its metrics, hparams vs static fields)
-is written down in `credit_jax/algos/__init__.py` and docs/RECIPES.md. In short: a recipe
-provides `default_config()` (starting from `base_config()` here), `validate_config(config)`
-(calling `validate(config, name, fields_fn)` here) and `make_train(config) -> Train`. A
-`Train` is callable as `train(key, hparams=None) -> (final_state, metrics)` and is pure:
-`jax.jit(train)` compiles the whole run, `jax.vmap(train)` runs seeds side by side, and
-because every numeric hyperparameter a sweep varies is a leaf of `hparams` (a dict of
-float32 scalars), a sweep over them is `jax.vmap(train)(keys, hparams_batch)` with no
-recompile. Shape-changing settings (batch sizes, horizon, group size, epochs) stay static
-in the config.
+is written down in docs/RECIPES.md.
 
 `Train.init` and `Train.run` expose the two halves so the host can run training in
 compiled chunks of U updates (progress, checkpoints) with the state carried between them.

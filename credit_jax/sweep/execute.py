@@ -29,7 +29,12 @@ import numpy as np
 
 from credit_jax.addons import hooks
 from credit_jax.algos.train import ConfigError
-from credit_jax.sweep import _reuse
+from credit_jax.runtime import checkpoint as ckpt_lib
+from credit_jax.runtime import metrics as metrics_lib
+from credit_jax.runtime import parallel
+from credit_jax.runtime.run import _config_diff as config_diff
+from credit_jax.runtime.run import _to_host as to_host
+from credit_jax.runtime.run import config_to_json, seed_mesh_for
 from credit_jax.sweep import grid as grid_lib
 from credit_jax.sweep import results as results_lib
 
@@ -55,11 +60,11 @@ def _read_json(path: str):
 
 def _check_workdir_config(plan, workdir: str, primary: bool) -> None:
   """Saves the sweep (and its base) config on the first run; refuses a different one."""
-  current = {"sweep": _reuse.config_to_json(plan.sweep),
-             "base": _reuse.config_to_json(plan.base)}
+  current = {"sweep": config_to_json(plan.sweep),
+             "base": config_to_json(plan.base)}
   path = os.path.join(workdir, _SWEEP_CONFIG)
   if os.path.exists(path):
-    diffs = _reuse.config_diff(_read_json(path), current)
+    diffs = config_diff(_read_json(path), current)
     if diffs:
       raise ConfigError(f"workdir {workdir} holds a different sweep (" + "; ".join(diffs)
                         + "); use a fresh --workdir")
@@ -98,7 +103,7 @@ class Progress:
     self.log(f"cells {done}/{self.cells_total} done | call {call.name} "
              f"({len(call.cells)} cells) update {updates[0]}/{updates[1]} | "
              f"{steps / max(seconds, 1e-9):,.0f} env steps/s | ETA "
-             f"{_reuse.metrics_lib.format_duration(eta)} (with {self.compiles_left} "
+             f"{metrics_lib.format_duration(eta)} (with {self.compiles_left} "
              f"compile(s) to go) | {shown}")
 
 
@@ -131,17 +136,17 @@ def _run_recipe_call(plan, call, workdir: str, progress: Progress, log, primary:
   total, per_update = train.num_updates, train.env_steps_per_update
   keys, hp = _call_inputs(call, seeds)
   batch = keys.shape[0]
-  mesh = _reuse.seed_mesh_for(batch, log)
+  mesh = seed_mesh_for(batch, log)
   call_dir = os.path.join(workdir, "calls", call.name)
-  cfg = {"cells": [_reuse.config_to_json(c.config) for c in call.cells]}
-  ckpt = _reuse.Checkpointer(os.path.join(call_dir, "checkpoints"),
+  cfg = {"cells": [config_to_json(c.config) for c in call.cells]}
+  ckpt = ckpt_lib.Checkpointer(os.path.join(call_dir, "checkpoints"),
                              max_to_keep=int(config.keep_checkpoints), config=cfg)
   init, run = _batched_fns(train)
   start = ckpt.latest_step() or 0
   if start:
     target = jax.eval_shape(init, keys, hp)
     if mesh is not None:
-      sharding = _reuse.parallel.seed_sharding(mesh)
+      sharding = parallel.seed_sharding(mesh)
       target = jax.tree.map(
           lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), target)
     state = ckpt.restore(start, target)
@@ -150,13 +155,13 @@ def _run_recipe_call(plan, call, workdir: str, progress: Progress, log, primary:
     state = init(keys, hp)
   if mesh is not None:
     if not start:
-      state = _reuse.parallel.shard_seeds(state, mesh)
-    hp = _reuse.parallel.shard_seeds(hp, mesh)
+      state = parallel.shard_seeds(state, mesh)
+    hp = parallel.shard_seeds(hp, mesh)
   progress.steps_done += start * per_update * batch
   timing_path = os.path.join(call_dir, _TIMING_FILE)
   timing = _read_json(timing_path) if start and os.path.exists(timing_path) else {
       "compile_s": 0.0, "run_s": 0.0}
-  writers = [_reuse.MetricsWriter(os.path.join(workdir, "cells", c.name), resume_step=start)
+  writers = [metrics_lib.MetricsWriter(os.path.join(workdir, "cells", c.name), resume_step=start)
              if primary else None for c in call.cells]
   compiled, done = {}, start
   kill_after = int(os.environ.get(KILL_AFTER_CHUNKS_ENV, "0") or 0)
@@ -172,12 +177,12 @@ def _run_recipe_call(plan, call, workdir: str, progress: Progress, log, primary:
             f"{time.perf_counter() - t0:.1f} s")
       t0 = time.perf_counter()
       state, chunk = compiled[u](state, hp)
-      chunk = _reuse.to_host(chunk)
+      chunk = to_host(chunk)
       dt = time.perf_counter() - t0
       timing["run_s"] += dt
       for i, (cell, writer) in enumerate(zip(call.cells, writers)):
         part = {k: np.asarray(v)[i * seeds:(i + 1) * seeds] for k, v in chunk.items()}
-        records = _reuse.metrics_lib.chunk_to_records(part, done + 1, per_update)
+        records = metrics_lib.chunk_to_records(part, done + 1, per_update)
         if writer is not None:
           writer.write_records(records)
       done += u
@@ -202,8 +207,8 @@ def _run_recipe_call(plan, call, workdir: str, progress: Progress, log, primary:
     thresholds = {k: tuple(v) for k, v in (sweep.get("thresholds") or {}).items()}
     for cell in call.cells:
       cell_dir = os.path.join(workdir, "cells", cell.name)
-      records = _reuse.metrics_lib.read_jsonl(
-          os.path.join(cell_dir, _reuse.metrics_lib.METRICS_FILE))
+      records = metrics_lib.read_jsonl(
+          os.path.join(cell_dir, metrics_lib.METRICS_FILE))
       rows = results_lib.recipe_rows(
           records, cell, seeds, metrics, thresholds, tuple(sweep.get("minimize", ())),
           int(sweep.get("final_window", 10)), timing)
@@ -267,7 +272,7 @@ def _run_experiment_cell(plan, call, workdir: str, progress: Progress, log, prim
       eta = progress.runs_left * progress.session_s / progress.session_steps
       log(f"cells {progress.cells_done}/{progress.cells_total} done | cell {cell.name} "
           f"seed {s + 1}/{plan.seeds} in {saved['seconds']:.1f} s | ETA "
-          f"{_reuse.metrics_lib.format_duration(eta)}")
+          f"{metrics_lib.format_duration(eta)}")
     summaries.append(saved["summary"])
     seconds.append(saved["seconds"])
   rows = results_lib.experiment_rows(summaries, cell, metrics, seconds)
