@@ -50,6 +50,7 @@ from gymnax.environments import environment, spaces
 from credit_jax import envs, fast_paths, nets, returns, rollout
 from credit_jax.addons import gae_probe
 from credit_jax.algos import train as train_lib
+from credit_jax.envs import wrappers
 from credit_jax.nets import gru
 from credit_jax.nets import sequence as sn
 from credit_jax.types import PolicyState, PresampledPolicy, SequencePolicy
@@ -139,24 +140,15 @@ def validate_env(config, made) -> None:
 
 # --- the environment with the oracle feature ------------------------------------------
 
-class OracleFeatureWrapper(environment.Environment):
+class OracleFeatureWrapper(wrappers.Wrapper):
   """Observations `[D + F]`: the wrapped env's `[D]` with `env.oracle_feature(state)`
   (`[F]`) appended, computed from the state the observation belongs to (so at auto-reset
   and final observations too). State, rewards, boundaries and info are the env's."""
 
   def __init__(self, env: environment.Environment):
-    super().__init__()
     if not callable(getattr(env, "oracle_feature", None)):
       raise ValueError(f"{type(env).__name__} has no oracle_feature(state)")
-    self._env = env
-
-  @property
-  def inner(self) -> environment.Environment:
-    return self._env
-
-  @property
-  def default_params(self):
-    return self._env.default_params
+    super().__init__(env)
 
   def _with_feature(self, obs, state):
     obs = jnp.asarray(obs, jnp.float32)
@@ -172,11 +164,8 @@ class OracleFeatureWrapper(environment.Environment):
     obs, state, reward, terminated, info = self._env.step_env(key, state, action, params)
     return self._with_feature(obs, state), state, reward, terminated, info
 
-  def is_truncated(self, state, params):
-    return self._env.is_truncated(state, params)
-
-  def is_terminated(self, state, params):
-    return self._env.is_terminated(state, params)
+  def get_obs(self, state, params=None, key=None):
+    return self._with_feature(self._env.get_obs(state, params), state)
 
   @property
   def num_features(self) -> int:
@@ -185,16 +174,9 @@ class OracleFeatureWrapper(environment.Environment):
                            jax.random.PRNGKey(0))
     return int(np.prod(jax.eval_shape(self._env.oracle_feature, state).shape))
 
-  def observation_space(self, params):
+  def observation_space(self, params=None):
     shape = tuple(self._env.observation_space(params).shape)
     return spaces.Box(-jnp.inf, jnp.inf, (shape[0] + self.num_features,), jnp.float32)
-
-  def action_space(self, params):
-    return self._env.action_space(params)
-
-  @property
-  def num_actions(self) -> int:
-    return self._env.num_actions
 
   @property
   def name(self) -> str:
