@@ -15,11 +15,11 @@ Everything here measures such estimates against a ground truth, and is pure and 
   * `tabular_policy` / `tabular_log_prob`: a softmax policy over KeyChain's contexts with
     `cue_delay = 0` (the observation says whether the step is pivotal and, if so, its cue
     `c`): one logit row per context (row 0: distractor steps, row 1 + c: a pivotal step
-    whose right action is c), `logits: [A + 1, A]`. The uniform policy is `logits = 0`;
-    `biased_logits(A, q)` answers every pivotal step right with probability q. Its exact
-    objective and gradient are the variance-scaling study's
-    (credit_jax/experiments/variance_scaling/exact.py); GRPO's degenerate groups are the
-    GRPO degradation study's (credit_jax/experiments/grpo_degradation/degenerate_groups.py).
+    whose right action is c), `logits: [A + 1, A]`. The uniform policy is `logits = 0`.
+    Its exact objective and gradient are the variance-scaling study's
+    (credit_jax/experiments/variance_scaling/exact.py); GRPO's degenerate groups and the
+    logits that answer right with probability q are the GRPO degradation study's
+    (credit_jax/experiments/grpo_degradation/degenerate_groups.py).
 """
 from __future__ import annotations
 
@@ -98,27 +98,6 @@ def tabular_policy(params: Array, obs: Array, key: Array):
   row = params[keychain_context(obs, num_actions)]
   action = jax.random.categorical(key, row).astype(jnp.int32)
   return action, jax.nn.log_softmax(row)[action].astype(jnp.float32), ()
-
-
-def biased_logits(num_actions: int, q: Any) -> Array:
-  """[A + 1, A] logits that answer a pivotal step right with probability q.
-
-  Row 1 + c puts `beta = log(q (A - 1) / (1 - q))` on action c and 0 elsewhere, so
-  `softmax(row)[c] = q`; the distractor row is uniform. `q = 1/A` is the uniform
-  policy; `q` may be traced (a sweep over it is a vmap).
-
-  Args:
-    num_actions: A >= 2 (static).
-    q: [] float in (0, 1).
-  """
-  if num_actions < 2:
-    raise ValueError(f"num_actions must be >= 2, got {num_actions}")
-  if not isinstance(q, jax.core.Tracer) and not 0.0 < float(q) < 1.0:
-    raise ValueError(f"q must lie in (0, 1), got {float(q)}")
-  q = jnp.asarray(q, jnp.float32)
-  beta = jnp.log(q * (num_actions - 1) / (1.0 - q))
-  eye = jnp.eye(num_actions, dtype=jnp.float32)
-  return jnp.concatenate([jnp.zeros((1, num_actions), jnp.float32), beta * eye])
 
 
 # ---------------------------------------------------------------------------------------

@@ -80,14 +80,14 @@ def test_true_gradient_hand_case_and_finite_differences():
 
 
 def test_biased_logits_set_the_success_rate():
-  logits = dg.biased_logits(4, 0.9)
+  logits = dgg.biased_logits(4, 0.9)
   probs = jax.nn.softmax(logits, axis=-1)
   np.testing.assert_allclose(jnp.diagonal(probs[1:]), 0.9, rtol=1e-6)
   np.testing.assert_allclose(probs[0], 0.25, rtol=1e-6)
   np.testing.assert_allclose(exact.keychain_objective(logits, 3), 0.9 ** 3, rtol=1e-5)
-  np.testing.assert_array_equal(dg.biased_logits(4, 0.25), jnp.zeros((5, 4)))
+  np.testing.assert_array_equal(dgg.biased_logits(4, 0.25), jnp.zeros((5, 4)))
   with pytest.raises(ValueError, match="q must lie"):
-    dg.biased_logits(4, 1.0)
+    dgg.biased_logits(4, 1.0)
 
 
 def test_two_step_exact_moments_by_enumeration():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from credit_jax import diagnostics as dg
+from credit_jax.experiments.grpo_degradation import degenerate_groups
 from credit_jax.experiments.variance_scaling import exact
 from credit_jax.runtime import metrics
 from credit_jax.experiments import report, variance_scaling
@@ -70,7 +71,7 @@ def test_variance_parts_hand_case_and_errors():
 def test_pivotal_mask_holds_all_of_the_exact_gradient(reward):
   mask = np.asarray(exact.keychain_pivotal_mask(4))
   assert mask.shape == (5, 4) and not mask[0].any() and mask[1:].all()
-  for logits in (jnp.zeros((5, 4)), dg.biased_logits(4, 0.6)):
+  for logits in (jnp.zeros((5, 4)), degenerate_groups.biased_logits(4, 0.6)):
     true = np.asarray(exact.keychain_true_gradient(logits, 2, reward))
     assert np.all(true[~mask] == 0.0) and np.abs(true[mask]).sum() > 0
 

@@ -1,6 +1,7 @@
-"""How many GRPO groups carry no signal, measured and as `p^K + (1 - p)^K`, and the range
-of success rates where at most a given share of the groups is degenerate (the GRPO
-degradation study, credit_jax/experiments/grpo_degradation/study.py)."""
+"""How many GRPO groups carry no signal, measured and as `p^K + (1 - p)^K`, the range
+of success rates where at most a given share of the groups is degenerate, and the tabular
+policy's logits that succeed at a chosen rate (the GRPO degradation study,
+credit_jax/experiments/grpo_degradation/study.py)."""
 from __future__ import annotations
 
 from typing import Any
@@ -66,3 +67,24 @@ def informative_success_range(group_size: int, max_degenerate: float = 0.5
     else:
       high = mid
   return high, 1.0 - high
+
+
+def biased_logits(num_actions: int, q: Any) -> Array:
+  """[A + 1, A] logits that answer a pivotal step right with probability q.
+
+  Row 1 + c puts `beta = log(q (A - 1) / (1 - q))` on action c and 0 elsewhere, so
+  `softmax(row)[c] = q`; the distractor row is uniform. `q = 1/A` is the uniform
+  policy; `q` may be traced (a sweep over it is a vmap).
+
+  Args:
+    num_actions: A >= 2 (static).
+    q: [] float in (0, 1).
+  """
+  if num_actions < 2:
+    raise ValueError(f"num_actions must be >= 2, got {num_actions}")
+  if not isinstance(q, jax.core.Tracer) and not 0.0 < float(q) < 1.0:
+    raise ValueError(f"q must lie in (0, 1), got {float(q)}")
+  q = jnp.asarray(q, jnp.float32)
+  beta = jnp.log(q * (num_actions - 1) / (1.0 - q))
+  eye = jnp.eye(num_actions, dtype=jnp.float32)
+  return jnp.concatenate([jnp.zeros((1, num_actions), jnp.float32), beta * eye])

@@ -8,8 +8,8 @@ difficulty, and the degenerate fraction during a real GRPO run.
 
 Pool: each task draws its success rate p from Beta(a, b) and keeps it for its group:
 KeyChain with k = 1 pivotal step, A = 2 actions, and the task's own tabular policy
-answering right with probability p (`diagnostics.biased_logits`). A group is degenerate
-with probability p^K + (1 - p)^K given p, so the pool's fraction is that averaged over
+answering right with probability p (`degenerate_groups.biased_logits`). A group is
+degenerate with probability p^K + (1 - p)^K given p, so the pool's fraction is that averaged over
 the distribution, E[p^K] + E[(1 - p)^K] = B(a + K, b) / B(a, b) + B(a, b + K) / B(a, b):
 larger than the formula at the mean p, since p^K + (1 - p)^K is convex in p.
 
@@ -60,7 +60,8 @@ def make_pool_measure(config):
 
   def one_task(key, p, size):
     traj = rollout.collect_groups(env, env_params, dg.tabular_policy,
-                                  dg.biased_logits(2, p), key, 1, size, config.horizon)
+                                  degenerate_groups.biased_logits(2, p), key, 1, size,
+                                  config.horizon)
     return jnp.sum(traj.rewards * traj.valid, axis=0)[0]                 # [K]
 
   def measure(key):

@@ -11,8 +11,8 @@ difficulty sweep and draws the analytic curve over the measurements.
 
 Difficulty: k pivotal steps, A actions and a tabular softmax policy over KeyChain
 contexts (`credit_jax.diagnostics`). Uniform logits give the random policy's `(1/A)^k`,
-which reaches 0.1% but not 95%; `diagnostics.biased_logits(A, q)` answers every pivotal
-step right with probability q, so the success rate `q^k` can be set anywhere. The
+which reaches 0.1% but not 95%; `degenerate_groups.biased_logits(A, q)` answers every
+pivotal step right with probability q, so the success rate `q^k` can be set anywhere. The
 policy treats every cue alike, so every task has the same success rate and the K
 rewards of a group are i.i.d. Bernoulli(p): the analytic curve is exact, not a model.
 
@@ -71,7 +71,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.horizon = 10               # episode length T (>= every k; degeneracy does not depend on it)
   # Difficulty points (k pivotal steps, A actions, q): q = 0 is the uniform random
   # policy, success (1/A)^k; q > 0 is a tabular policy that answers each pivotal step
-  # right with probability q (diagnostics.biased_logits), success q^k. Points sharing
+  # right with probability q (degenerate_groups.biased_logits), success q^k. Points sharing
   # (k, A) share one compiled call. A must be a power of two (exactly uniform cues).
   c.difficulties = (
       (10, 2, 0.0),   # 0.098%
@@ -156,7 +156,7 @@ def make_measure(config, num_pivotal, num_actions):
     success, degenerate = [], []
     for g in config.group_sizes:   # an independent rollout per K (no shared members)
       traj = rollout.collect_groups(env, env_params, dg.tabular_policy,
-                                    dg.biased_logits(num_actions, q),
+                                    degenerate_groups.biased_logits(num_actions, q),
                                     jax.random.fold_in(key, g), seeds * tasks, g,
                                     config.horizon)
       # One episode per member (KeyChain lasts exactly `horizon` steps); its return.
