@@ -79,10 +79,6 @@ _MOVED = {
     "interrupts": "credit_jax.runtime.interrupts",
     "workdir": "credit_jax.runtime.workdir",
     "parallel": "credit_jax.runtime.parallel",
-    # each step-level estimator merged with its hook (one module per estimator)
-    "anchors": "credit_jax.addons.gigpo",
-    "vine": "credit_jax.addons.vine_ppo",
-    "tree_rollouts": "credit_jax.addons.tree_groups",
     # "hindsight" names HCA's learned credit only (addons/hindsight_credit.py)
     "hindsight": "credit_jax.relabel",
 }

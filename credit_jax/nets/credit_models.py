@@ -32,7 +32,6 @@ from typing import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from credit_jax.nets import gru, initializers
 from credit_jax.nets.mlp import MLP
@@ -126,8 +125,3 @@ class GatedHindsightModel(nn.Module):
     feats = jnp.concatenate([logp, jnp.log1p(-jnp.minimum(jnp.exp(logp), 1 - 1e-6))],
                             axis=-1)                                  # [..., 2A]
     return logits + jnp.einsum("...ij,...j->...i", gate, feats)
-
-
-def _num_parameters(params) -> int:
-  """The number of scalars in a parameter pytree (host int)."""
-  return int(sum(np.prod(np.shape(x)) for x in jax.tree.leaves(params)))

@@ -194,12 +194,6 @@ def comma_string_tuple_error(config, argv: Sequence[str], name: str = "config"):
 
 # --- flag parsing ----------------------------------------------------------------------
 
-def _config_flag_names() -> Sequence[str]:
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  return [name for name, flag in flags.FLAGS._flags().items()  # pylint: disable=protected-access
-          if type(flag).__name__ == "_ConfigFlag"]
-
-
 def _reordered(argv: Sequence[str], config_flag: str) -> str:
   """The command line with `--<config_flag>=...` moved before its overrides."""
   args = list(argv[1:])
