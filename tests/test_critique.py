@@ -217,7 +217,7 @@ def test_learned_critic_beats_chance_and_fits_the_wrapper():
   step_acc, both_acc = ct.localisation_accuracy(env, p, params, jax.random.key(12), 512)
   # Chance: 2 pivotal steps among 6 (+ "none"); a fitted critic names the right one.
   assert float(step_acc) > 0.6 and float(both_acc) > 0.5
-  w = critique.RetryWrapper(env, attempts=2, critic="learned")
+  w = critique.RetryWrapper(env, attempts=2, critic=ct.learned_critic)
   wp = critique.RetryParams(inner=p, critic_params=params)
   traj = rollout.collect_episodes(w, wp, _follow_critique(4), None, jax.random.key(13),
                                   128, w.horizon)

@@ -35,21 +35,17 @@ traced leaves, so a sweep over noise or over learned critics is a vmap):
     drawn wrong action for it, still with confidence 1.
   * `bitflip_oracle`: the same external validation for BitFlip-v0 (a goal environment):
     the first flip of a bit that already matched the goal, and a bit still to flip.
-  * `learned_critic`: a small network (`CriticNet`) that reads an attempt (its
-    observations and actions) and names the first wrong step and its right action;
-    `train_critic` fits it to the oracle's labels on attempts of a uniform policy, and the
-    wrapper reads its parameters from `RetryParams.critic_params`. Its confidence is its
-    probability of the step it names. The critique study trains it
-    (credit_jax/experiments/critique/critic_training.py).
+  * a learned critic, the critique study's (`learned_critic` in
+    credit_jax/experiments/critique/critic_training.py, passed to the wrapper as a
+    function), reads its parameters from `RetryParams.critic_params`.
 `first_wrong_step` is the oracle's core on plain arrays (what the tests check by hand).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Tuple
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import flax.linen as nn
 from flax import struct
 
 from credit_jax.config import require
@@ -142,47 +138,8 @@ def bitflip_oracle(env, start_state, actions, length, key, params) -> Array:
   return jnp.where(jnp.any(wrong), crit, no_critique())
 
 
-def keychain_observations(env, start_state) -> Array:
-  """[T, D] the observations of a KeyChain attempt from `start_state` (they do not depend
-  on the actions: KeyChain's observation is a function of the step)."""
-  times = jnp.arange(env.horizon, dtype=jnp.int32)
-  return jax.vmap(lambda t: env.get_obs(start_state.replace(time=t)))(times)
-
-
-class CriticNet(nn.Module):
-  """Reads an attempt; returns (step logits [T + 1] (index T: nothing wrong), suggestion
-  logits [T, A])."""
-  horizon: int
-  num_actions: int
-  hidden: int = 128
-
-  @nn.compact
-  def __call__(self, obs: Array, actions: Array) -> Tuple[Array, Array]:
-    t, a = self.horizon, self.num_actions
-    x = jnp.concatenate([obs.reshape(t, -1), jax.nn.one_hot(actions, a)], axis=-1)
-    x = nn.relu(nn.Dense(self.hidden)(x.reshape(-1)))
-    x = nn.relu(nn.Dense(self.hidden)(x))
-    return nn.Dense(t + 1)(x), nn.Dense(t * a)(x).reshape(t, a)
-
-
-def learned_critic(env, start_state, actions, length, key, params) -> Array:
-  """The critique of `CriticNet` with parameters `params.critic_params` (module doc)."""
-  del key
-  net = CriticNet(env.horizon, env.num_actions)
-  step_logits, suggest_logits = net.apply(params.critic_params,
-                                          keychain_observations(env, start_state), actions)
-  steps = jnp.arange(env.horizon + 1)
-  step_logits = jnp.where((steps < length) | (steps == env.horizon), step_logits, -jnp.inf)
-  probs = jax.nn.softmax(step_logits)
-  t = jnp.argmax(probs)
-  crit = jnp.stack([t.astype(jnp.float32),
-                    jnp.argmax(suggest_logits[jnp.minimum(t, env.horizon - 1)]).astype(
-                        jnp.float32), probs[t]])
-  return jnp.where(t < env.horizon, crit, no_critique())
-
-
 CRITICS = {"none": no_critic, "oracle": keychain_oracle, "noisy": keychain_noisy,
-           "learned": learned_critic, "bitflip_oracle": bitflip_oracle}
+           "bitflip_oracle": bitflip_oracle}
 
 
 def _make_critic(name: str) -> Callable:
@@ -196,7 +153,7 @@ def _make_critic(name: str) -> Callable:
 class RetryParams:
   inner: Any                 # the wrapped environment's params
   noise: Any = 0.0           # [] float  the critic's error probability (traced; sweepable)
-  critic_params: Any = None  # a learned critic's parameters (`learned_critic`)
+  critic_params: Any = None  # a learned critic's parameters
 
 
 @struct.dataclass

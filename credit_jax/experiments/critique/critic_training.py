@@ -1,5 +1,6 @@
 """Training and scoring the learned critic of the critique study (credit_jax/experiments/
-critique/study.py): `train_critic` fits `critique.CriticNet` (credit_jax/addons/critique.py)
+critique/study.py): `CriticNet` reads an attempt and `learned_critic` is its critique, a
+critic `critique.RetryWrapper` takes (credit_jax/addons/critique.py); `train_critic` fits it
 to the oracle's labels, `train_critic_by_improvement` trains it without labels by REINFORCE
 on whether the retry its critique guided succeeded, `localisation_accuracy` scores it
 against the oracle, and `attempt_success` / `cumulative_success` read a batch of retry
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -15,6 +17,46 @@ import optax
 from credit_jax.addons import critique
 
 Array = jax.Array
+
+
+def keychain_observations(env, start_state) -> Array:
+  """[T, D] the observations of a KeyChain attempt from `start_state` (they do not depend
+  on the actions: KeyChain's observation is a function of the step)."""
+  times = jnp.arange(env.horizon, dtype=jnp.int32)
+  return jax.vmap(lambda t: env.get_obs(start_state.replace(time=t)))(times)
+
+
+class CriticNet(nn.Module):
+  """Reads an attempt; returns (step logits [T + 1] (index T: nothing wrong), suggestion
+  logits [T, A])."""
+  horizon: int
+  num_actions: int
+  hidden: int = 128
+
+  @nn.compact
+  def __call__(self, obs: Array, actions: Array) -> Tuple[Array, Array]:
+    t, a = self.horizon, self.num_actions
+    x = jnp.concatenate([obs.reshape(t, -1), jax.nn.one_hot(actions, a)], axis=-1)
+    x = nn.relu(nn.Dense(self.hidden)(x.reshape(-1)))
+    x = nn.relu(nn.Dense(self.hidden)(x))
+    return nn.Dense(t + 1)(x), nn.Dense(t * a)(x).reshape(t, a)
+
+
+def learned_critic(env, start_state, actions, length, key, params) -> Array:
+  """The critique `[3]` of `CriticNet` with parameters `params.critic_params`: the step it
+  names, its suggestion there, and its probability of that step as the confidence."""
+  del key
+  net = CriticNet(env.horizon, env.num_actions)
+  step_logits, suggest_logits = net.apply(params.critic_params,
+                                          keychain_observations(env, start_state), actions)
+  steps = jnp.arange(env.horizon + 1)
+  step_logits = jnp.where((steps < length) | (steps == env.horizon), step_logits, -jnp.inf)
+  probs = jax.nn.softmax(step_logits)
+  t = jnp.argmax(probs)
+  crit = jnp.stack([t.astype(jnp.float32),
+                    jnp.argmax(suggest_logits[jnp.minimum(t, env.horizon - 1)]).astype(
+                        jnp.float32), probs[t]])
+  return jnp.where(t < env.horizon, crit, critique.no_critique())
 
 
 def critic_labels(env, start_state, actions, length) -> Tuple[Array, Array, Array]:
@@ -33,20 +75,20 @@ def _random_attempts(env, env_params, key, batch):
 
 def train_critic(env, env_params, key, steps: int, batch: int = 256, lr: float = 1e-3,
                  hidden: int = 128):
-  """Fits `critique.CriticNet` to the oracle's labels on uniform-policy KeyChain attempts.
+  """Fits `CriticNet` to the oracle's labels on uniform-policy KeyChain attempts.
 
   Pure and jittable (vmap it over seeds); `steps` and `batch` are static.
   Returns:
     (params, losses [steps]).
   """
-  net = critique.CriticNet(env.horizon, env.num_actions, hidden)
+  net = CriticNet(env.horizon, env.num_actions, hidden)
   k_init, k_data = jax.random.split(key)
   t = env.horizon
   params = net.init(k_init, jnp.zeros((t,) + tuple(env.obs_shape)), jnp.zeros((t,), jnp.int32))
   opt = optax.adam(lr)
 
   def loss_fn(p, starts, actions):
-    obs = jax.vmap(lambda s: critique.keychain_observations(env, s))(starts)
+    obs = jax.vmap(lambda s: keychain_observations(env, s))(starts)
     step, sugg, crit = jax.vmap(lambda s, a: critic_labels(env, s, a, t))(starts, actions)
     step_logits, suggest_logits = jax.vmap(lambda o, a: net.apply(p, o, a))(obs, actions)
     ce_step = optax.softmax_cross_entropy_with_integer_labels(step_logits, step)
@@ -68,7 +110,7 @@ def train_critic(env, env_params, key, steps: int, batch: int = 256, lr: float =
 
 def train_critic_by_improvement(env, env_params, act_fn, policy_params, key, steps: int,
                                 batch: int = 256, lr: float = 1e-3, hidden: int = 128):
-  """Fits `critique.CriticNet` by REINFORCE with the next attempt's improvement as its reward.
+  """Fits `CriticNet` by REINFORCE with the next attempt's improvement as its reward.
 
   Retroformer's signal (arXiv 2308.02151): no oracle labels. For failed uniform-policy
   KeyChain attempts the critic samples a critique (a step or "nothing", then a
@@ -79,7 +121,7 @@ def train_critic_by_improvement(env, env_params, act_fn, policy_params, key, ste
   Returns:
     (params, rewards [steps]): the mean retry success per step.
   """
-  net = critique.CriticNet(env.horizon, env.num_actions, hidden)
+  net = CriticNet(env.horizon, env.num_actions, hidden)
   wrapper = critique.RetryWrapper(env, 2, critique.no_critic)
   params_w = critique.RetryParams(inner=env_params)
   t_max = env.horizon
@@ -113,7 +155,7 @@ def train_critic_by_improvement(env, env_params, act_fn, policy_params, key, ste
     starts, actions = _random_attempts(env, env_params, k_att, batch)
     failed = jax.vmap(lambda s, a: critique.keychain_oracle(env, s, a, t_max, None, None))(
         starts, actions)[:, 2] > 0
-    obs = jax.vmap(lambda s: critique.keychain_observations(env, s))(starts)
+    obs = jax.vmap(lambda s: keychain_observations(env, s))(starts)
     step_logits, sugg_logits = jax.vmap(lambda o, a: net.apply(p, o, a))(obs, actions)
     t = jax.random.categorical(k_step, step_logits)                          # [B]
     at = jnp.take_along_axis(sugg_logits, jnp.minimum(t, t_max - 1)[:, None, None],
@@ -148,7 +190,7 @@ def localisation_accuracy(env, env_params, critic_params, key, batch: int = 1024
   starts, actions = _random_attempts(env, env_params, key, batch)
   params = critique.RetryParams(inner=env_params, critic_params=critic_params)
   t = env.horizon
-  learned = jax.vmap(lambda s, a: critique.learned_critic(env, s, a, t, None, params))(
+  learned = jax.vmap(lambda s, a: learned_critic(env, s, a, t, None, params))(
       starts, actions)
   truth = jax.vmap(lambda s, a: critique.keychain_oracle(env, s, a, t, None, None))(starts, actions)
   failed = truth[:, 2] > 0

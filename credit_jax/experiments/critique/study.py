@@ -147,9 +147,11 @@ def train_policies(config, key):
 
 
 def make_eval(config, network, critic: str):
-  """`eval(policy_params, critic_params, key, noise) -> [R]` cumulative success."""
+  """`eval(policy_params, critic_params, key, noise) -> [R]` cumulative success; `critic`:
+  a name of `critique.CRITICS`, or "learned" (`critic_training.learned_critic`)."""
   inner, inner_params = envs.make("KeyChain-v0", **_env_kwargs(config))
-  env = critique.RetryWrapper(inner, int(config.attempts), critic)
+  env = critique.RetryWrapper(inner, int(config.attempts), critic_training.learned_critic
+                              if critic == "learned" else critic)
   policy_fn = nets.make_policy_fn(network)
   r = int(config.attempts)
 
