@@ -25,7 +25,7 @@ import numpy as np
 
 __all__ = ["kaplan_meier", "survival_at", "km_quantile", "restricted_mean",
            "bootstrap_interval", "rmst_interval", "paired_rmst_difference",
-           "first_crossing", "local_slopes", "fisher_exact"]
+           "local_slopes", "fisher_exact"]
 
 
 def _check(times, events) -> Tuple[np.ndarray, np.ndarray]:
@@ -141,32 +141,6 @@ def paired_rmst_difference(times_a, events_a, times_b, events_b, tau: float,
   return bootstrap_interval(
       lambda a, b, c, d: restricted_mean(a, b, tau) - restricted_mean(c, d, tau),
       ta, ea, tb, eb, num=num, seed=seed)
-
-
-def first_crossing(curve, steps, level: float, smooth: int = 1
-                   ) -> Tuple[np.ndarray, np.ndarray]:
-  """Per seed, the first step at which a learning curve reaches `level`.
-
-  Args:
-    curve: [N, P] success (or any score) of N seeds at P evaluation points.
-    steps: [P] the env steps (or updates) of those points, ascending.
-    level: the threshold; smooth: trailing mean over this many points first.
-  Returns:
-    `(times [N], events [N])`: the step of the first point whose trailing mean reaches
-    `level`, True; or the last step, False (censored) for a seed that never does.
-  """
-  c = np.asarray(curve, np.float64)
-  s = np.asarray(steps, np.float64)
-  if c.ndim != 2 or s.shape != (c.shape[1],):
-    raise ValueError(f"curve must be [N, P] and steps [P], got {c.shape}, {s.shape}")
-  k = max(1, int(smooth))
-  csum = np.cumsum(np.pad(c, ((0, 0), (1, 0))), axis=1)
-  width = np.minimum(np.arange(1, c.shape[1] + 1), k)
-  trailing = (csum[:, 1:] - csum[:, np.maximum(np.arange(1, c.shape[1] + 1) - k, 0)]) / width
-  hit = trailing >= level
-  events = hit.any(axis=1)
-  first = np.where(events, hit.argmax(axis=1), c.shape[1] - 1)
-  return s[first], events
 
 
 def local_slopes(horizons: Sequence[float], values, num: int = 2000, seed: int = 0,

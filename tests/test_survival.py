@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from credit_jax import survival
+from credit_jax.experiments.probes.credit_horizon import first_crossing
 
 # Seeds reached the threshold at 2, 3 and 5; seeds censored at 3 and 8.
 TIMES = [2.0, 3.0, 3.0, 5.0, 8.0]
@@ -49,9 +50,9 @@ def test_bootstrap_interval_covers_and_pairs():
 def test_first_crossing_censors_seeds_that_never_reach():
   curve = np.array([[0.1, 0.95, 0.2, 0.99], [0.1, 0.2, 0.3, 0.4]])
   steps = np.array([10, 20, 30, 40])
-  t, e = survival.first_crossing(curve, steps, 0.9)
+  t, e = first_crossing(curve, steps, 0.9)
   np.testing.assert_array_equal(t, [20, 40]); np.testing.assert_array_equal(e, [1, 0])
-  t, e = survival.first_crossing(curve, steps, 0.9, smooth=2)   # trailing mean of 2
+  t, e = first_crossing(curve, steps, 0.9, smooth=2)   # trailing mean of 2
   np.testing.assert_array_equal(t, [40, 40]); np.testing.assert_array_equal(e, [0, 0])
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -44,10 +44,36 @@ from credit_jax import envs, exact, nets, rollout, stats, survival
 from credit_jax.algos import ConfigError, make_train, reinforce, train as train_lib
 from credit_jax.experiments import report
 
-__all__ = ["STUDIES", "add_fields", "gradient_bias", "horizon_markdown", "probe_kwargs",
-           "reinforce_config", "run", "train_horizon"]
+__all__ = ["STUDIES", "add_fields", "first_crossing", "gradient_bias", "horizon_markdown",
+           "probe_kwargs", "reinforce_config", "run", "train_horizon"]
 
 STUDIES = ("credit_horizon", "gradient_bias")
+
+
+def first_crossing(curve, steps, level: float, smooth: int = 1
+                   ) -> Tuple[np.ndarray, np.ndarray]:
+  """Per seed, the first step at which a learning curve reaches `level`.
+
+  Args:
+    curve: [N, P] success (or any score) of N seeds at P evaluation points.
+    steps: [P] the env steps (or updates) of those points, ascending.
+    level: the threshold; smooth: trailing mean over this many points first.
+  Returns:
+    `(times [N], events [N])`: the step of the first point whose trailing mean reaches
+    `level`, True; or the last step, False (censored) for a seed that never does.
+  """
+  c = np.asarray(curve, np.float64)
+  s = np.asarray(steps, np.float64)
+  if c.ndim != 2 or s.shape != (c.shape[1],):
+    raise ValueError(f"curve must be [N, P] and steps [P], got {c.shape}, {s.shape}")
+  k = max(1, int(smooth))
+  csum = np.cumsum(np.pad(c, ((0, 0), (1, 0))), axis=1)
+  width = np.minimum(np.arange(1, c.shape[1] + 1), k)
+  trailing = (csum[:, 1:] - csum[:, np.maximum(np.arange(1, c.shape[1] + 1) - k, 0)]) / width
+  hit = trailing >= level
+  events = hit.any(axis=1)
+  first = np.where(events, hit.argmax(axis=1), c.shape[1] - 1)
+  return s[first], events
 
 
 def add_fields(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -98,7 +124,7 @@ def _validate(config) -> None:
 
 
 def _record(config, horizon, checks, curve, seconds, steps_per_update) -> dict:
-  times, events = survival.first_crossing(np.asarray(curve).T, np.asarray(checks),
+  times, events = first_crossing(np.asarray(curve).T, np.asarray(checks),
                                           float(config.threshold))
   return {"horizon": int(horizon), "seeds": int(config.seeds), "checks": checks,
           "curve": curve, "times": times.tolist(), "events": events.tolist(),
