@@ -1,20 +1,9 @@
 """credit_jax: long-horizon credit assignment as pure, jit-compiled JAX functions.
 
 The public API is flat: `cj.gae`, `cj.lambda_returns`, `cj.group_advantages`,
-`cj.envs.make`, ... The package is layered, each layer importing only from itself and
-those below it (docs/ARCHITECTURE.md draws it):
-
-  envs/                environments with ground truth for credit (gymnax 1.0 API)
-  core modules         types, config, returns, baselines, relabel, replay, episodes,
-                       rollout, diagnostics, stats, fast_paths
-  nets/                flax networks: MLP, GRU, transformer, PRM
-  search/              batched tree search over true environments
-  addons/              features a recipe accepts: curriculum, PRM shaping, critique, probes;
-                       step-level credit from restored states, each estimator and its
-                       hook in one module: vine_ppo (VinePPO), gigpo, tree_groups
-  algos/               the recipes, one training program each, and the Train contract
-  runtime/             the run loop: checkpoints, metrics, watchdog, launch
-  sweep/, experiments/ grids of runs, and one package per study
+`cj.envs.make`, ... The package is layered (envs/, the core modules, nets/, search/,
+addons/, algos/, runtime/, experiments/, sweep/), each layer importing only from itself
+and those below it; docs/ARCHITECTURE.md says what each holds.
 
 Importing credit_jax (or any of its modules) changes nothing outside it: it registers no
 lowering, sets no environment variable or XLA flag and runs no JAX computation. The CPU

@@ -11,7 +11,6 @@ resumes a killed sweep, spreads calls over shards or processes, and `results` wr
 results.csv, results.md and the figures.
 """
 from credit_jax.sweep.execute import run_sweep
-from credit_jax.sweep.grid import Call, Cell, Plan, load_config_file, plan, runs_upper_bound
+from credit_jax.sweep.grid import Call, Cell, Plan, load_config_file, plan
 
-__all__ = ["Call", "Cell", "Plan", "load_config_file", "plan", "run_sweep",
-           "runs_upper_bound"]
+__all__ = ["Call", "Cell", "Plan", "load_config_file", "plan", "run_sweep"]

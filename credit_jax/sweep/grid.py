@@ -28,7 +28,6 @@ import importlib
 import importlib.util
 import itertools
 import json
-import math
 import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
@@ -172,12 +171,6 @@ def _cell_name(index: int, values: Dict[str, Any]) -> str:
   parts = [f"{field.split('.')[-1]}={_fmt(v)}" for field, v in values.items()]
   name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", ",".join(parts))[:80]
   return f"c{index:03d}" + (f"-{name}" if name else "")
-
-
-def runs_upper_bound(sweep) -> int:
-  """Seeds times every axis's length: the most runs one compiled call can hold (no JAX)."""
-  lengths = [len(v) for _, v in _flatten_axes(sweep.get("axes"))]
-  return int(sweep.seeds) * int(math.prod(lengths))
 
 
 def _experiment_module(name: str):
