@@ -23,9 +23,10 @@ on the current observation alone (a table, a linear layer, an MLP: `apply(params
 
 `objective(env, env_params, apply_fn, params)` returns J ([] float32) and
 `gradient(...)` its gradient (`jax.grad`, a pytree like `params`); on the corridor
-`corridor_credit(...)` gives the exact action values and COCOA-reward coefficients. Both jit, and a vmap
-over policies works. tests/test_exact.py checks them against brute-force enumeration of
-every reset and action sequence on tiny cases.
+`corridor_tables(...)` gives the (t, flags) tables the DP runs on (the cocoa_corridor
+study's exact action values and COCOA-reward coefficients are a backward pass over them).
+They jit, and a vmap over policies works. tests/test_exact.py checks them against
+brute-force enumeration of every reset and action sequence on tiny cases.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ import numpy as np
 from credit_jax.envs.conveyor_treasure import ConveyorTreasure
 from credit_jax.envs.keychain import KeyChain
 
-__all__ = ["corridor_credit", "gradient", "objective", "supported"]
+__all__ = ["corridor_tables", "gradient", "objective", "supported"]
 
 _ApplyFn = Callable[[Any, jax.Array], jax.Array]   # (params, obs [N, D]) -> logits [N, A]
 
@@ -91,7 +92,7 @@ def _keychain_objective(env: KeyChain, env_params, apply_fn: _ApplyFn, params):
   return jnp.prod(q)
 
 
-def _corridor_tables(env: ConveyorTreasure, env_params, apply_fn: _ApplyFn, params):
+def corridor_tables(env: ConveyorTreasure, env_params, apply_fn: _ApplyFn, params):
   """The corridor as a table over (t, flags), flags = has_key + 2 door_open: policy
   probabilities [L, 4, A], next flags [L, 4, A] int32, expected reward [L, 4, A] and the
   probability of each reward class (apple_low, apple_high, treasure) [L, 4, A, 3]."""
@@ -123,7 +124,7 @@ def _corridor_tables(env: ConveyorTreasure, env_params, apply_fn: _ApplyFn, para
 
 
 def _corridor_objective(env: ConveyorTreasure, env_params, apply_fn: _ApplyFn, params):
-  probs, nxt, reward, _ = _corridor_tables(env, env_params, apply_fn, params)
+  probs, nxt, reward, _ = corridor_tables(env, env_params, apply_fn, params)
 
   def body(dist, xs):   # dist: [4] probability of each (has_key, door_open)
     p, n, r = xs
@@ -134,36 +135,6 @@ def _corridor_objective(env: ConveyorTreasure, env_params, apply_fn: _ApplyFn, p
   first = jnp.zeros(4, jnp.float32).at[0].set(1.0)
   _, gains = jax.lax.scan(body, first, (probs, nxt, reward))
   return jnp.sum(gains)
-
-
-def corridor_credit(env: ConveyorTreasure, env_params, apply_fn: _ApplyFn, params):
-  """Exact action values and COCOA-reward coefficients on ConveyorTreasure-v0, by a
-  backward pass over (t, flags), flags = has_key + 2 door_open (the states that matter):
-
-    q [L, 4, A]:    Q(s_t, a), the expected return from step t on (its reward included);
-    w [L, 4, A, 3]: w(s_t, a, m) = E[N_m | s_t, a] / E[N_m | s_t], N_m the number of
-                    later steps k > t whose reward is of class m (apple_low, apple_high,
-                    treasure; `hindsight_credit.reward_values_of`'s order): the
-                    coefficient h(a | s, m) / pi(a | s) that COCOA's count-weighted
-                    hindsight loss has as minimiser (gamma = 1); 1 where E[N_m | s_t] = 0.
-    probs [L, 4, A]: the policy at each state.
-  Rows of unreachable states are computed all the same."""
-  if not isinstance(env, ConveyorTreasure):
-    raise ValueError(f"corridor_credit covers ConveyorTreasure-v0, got {type(env).__name__}")
-  probs, nxt, reward, classes = _corridor_tables(env, env_params, apply_fn, params)
-
-  def body(later, xs):  # later: ([4] V, [4, 3] counts) from step t + 1 on
-    p, n, r, c = xs
-    v_next, n_next = later
-    q = r + v_next[n]                                    # [4, A]
-    ahead = n_next[n]                                    # [4, A, 3]: k > t only
-    counts = c + ahead                                   # k >= t
-    return (jnp.sum(p * q, -1), jnp.sum(p[..., None] * counts, 1)), (q, ahead)
-  zeros = (jnp.zeros(4, jnp.float32), jnp.zeros((4, 3), jnp.float32))
-  _, (q, ahead) = jax.lax.scan(body, zeros, (probs, nxt, reward, classes), reverse=True)
-  mean = jnp.sum(probs[..., None] * ahead, axis=2, keepdims=True)   # [L, 4, 1, 3]
-  w = jnp.where(mean > 0, ahead / jnp.where(mean > 0, mean, 1.0), 1.0)
-  return q, w, probs
 
 
 def objective(env, env_params, apply_fn: _ApplyFn, params) -> jax.Array:

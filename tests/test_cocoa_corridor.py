@@ -71,7 +71,7 @@ def _enumerate(params, length=L):
 def test_corridor_credit_matches_enumeration():
   env, env_params = envs.make("ConveyorTreasure-v0", length=L)
   params = _policy()
-  q, w, probs = jax.jit(lambda p: exact.corridor_credit(env, env_params, _linear, p))(
+  q, w, probs = jax.jit(lambda p: probe.corridor_credit(env, env_params, _linear, p))(
       params)
   q_ref, n_ref, reach = _enumerate(params)
   np.testing.assert_allclose(np.asarray(q)[reach], q_ref[reach], rtol=1e-4, atol=1e-6)
@@ -165,7 +165,7 @@ def test_learned_cocoa_approaches_exact_coefficients():
   exact key-step coefficient of the treasure class."""
   env, env_params = envs.make("ConveyorTreasure-v0", length=L)
   params = _policy(5, scale=0.2)
-  _, w, _ = exact.corridor_credit(env, env_params, _linear, params)
+  _, w, _ = probe.corridor_credit(env, env_params, _linear, params)
   values = hindsight_credit.reward_values_of(env, env_params)
   cfg = hindsight_credit.add_config(ml_collections.ConfigDict(), "cocoa", model="gated",
                                     hidden_sizes=(64,), train_steps=1,

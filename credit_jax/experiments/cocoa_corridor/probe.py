@@ -8,7 +8,7 @@ compared with the exact first-state gradient
 
     g* = grad_theta sum_a pi_theta(a | s_0) Q(s_0, a)     (Q held constant),
 
-here from `exact.corridor_credit` (the corridor's backward DP). For a single episode an
+here from `corridor_credit` (the corridor's backward DP). For a single episode an
 all-action estimator's first-state gradient is `sum_a grad pi(a | s_0) C_0(a)` with:
 
   reinforce         C_0(a) = [a = a_0] G_0 / pi(a_0)
@@ -16,7 +16,7 @@ all-action estimator's first-state gradient is `sum_a grad pi(a | s_0) C_0(a)` w
                     best a learned baseline can do)
   hca_return        [a = a_0] (1 - pi(a_0) / h(a_0 | s_0, G_0)) G_0 / pi(a_0), h learned
   cocoa             r_0 [a = a_0] / pi(a_0) + sum_m (w(s_0, a, m) - 1) F_0(m), w learned
-  cocoa (exact w)   the same with `exact.corridor_credit`'s coefficients (unbiased)
+  cocoa (exact w)   the same with `corridor_credit`'s coefficients (unbiased)
 
 Per measurement N = `draws x episodes` episodes give single-episode gradients g_i, and
   SNR_dB = 10 log10(|g*|^2 / mean_i |g_i - g*|^2),
@@ -44,17 +44,48 @@ import optax
 from credit_jax import exact, nets, returns, rollout
 from credit_jax.addons import contributions as cb, hindsight_credit
 from credit_jax.algos import train as train_lib
+from credit_jax.envs.conveyor_treasure import ConveyorTreasure
 from credit_jax.experiments.cocoa_corridor.methods import cell_config
 
-__all__ = ["ESTIMATORS", "first_state_gradient", "rows_of", "shadow"]
+__all__ = ["ESTIMATORS", "corridor_credit", "first_state_gradient", "rows_of", "shadow"]
 
 ESTIMATORS = ("reinforce", "advantage_exact_v", "hca_return", "cocoa", "cocoa_exact_w")
+
+
+def corridor_credit(env: ConveyorTreasure, env_params, apply_fn: Callable, params):
+  """Exact action values and COCOA-reward coefficients on ConveyorTreasure-v0, by a
+  backward pass over (t, flags), flags = has_key + 2 door_open (the states that matter):
+
+    q [L, 4, A]:    Q(s_t, a), the expected return from step t on (its reward included);
+    w [L, 4, A, 3]: w(s_t, a, m) = E[N_m | s_t, a] / E[N_m | s_t], N_m the number of
+                    later steps k > t whose reward is of class m (apple_low, apple_high,
+                    treasure; `hindsight_credit.reward_values_of`'s order): the
+                    coefficient h(a | s, m) / pi(a | s) that COCOA's count-weighted
+                    hindsight loss has as minimiser (gamma = 1); 1 where E[N_m | s_t] = 0.
+    probs [L, 4, A]: the policy at each state.
+  Rows of unreachable states are computed all the same."""
+  if not isinstance(env, ConveyorTreasure):
+    raise ValueError(f"corridor_credit covers ConveyorTreasure-v0, got {type(env).__name__}")
+  probs, nxt, reward, classes = exact.corridor_tables(env, env_params, apply_fn, params)
+
+  def body(later, xs):  # later: ([4] V, [4, 3] counts) from step t + 1 on
+    p, n, r, c = xs
+    v_next, n_next = later
+    q = r + v_next[n]                                    # [4, A]
+    ahead = n_next[n]                                    # [4, A, 3]: k > t only
+    counts = c + ahead                                   # k >= t
+    return (jnp.sum(p * q, -1), jnp.sum(p[..., None] * counts, 1)), (q, ahead)
+  zeros = (jnp.zeros(4, jnp.float32), jnp.zeros((4, 3), jnp.float32))
+  _, (q, ahead) = jax.lax.scan(body, zeros, (probs, nxt, reward, classes), reverse=True)
+  mean = jnp.sum(probs[..., None] * ahead, axis=2, keepdims=True)   # [L, 4, 1, 3]
+  w = jnp.where(mean > 0, ahead / jnp.where(mean > 0, mean, 1.0), 1.0)
+  return q, w, probs
 
 
 def first_state_gradient(env, env_params, apply_fn, params):
   """The exact first-state gradient `g*` (module doc), a pytree like `params`;
   `apply_fn(params, obs [N, D]) -> logits [N, A]` of a memoryless policy."""
-  q, _, _ = exact.corridor_credit(env, env_params, apply_fn,
+  q, _, _ = corridor_credit(env, env_params, apply_fn,
                                   jax.lax.stop_gradient(params))
   obs0 = _first_obs(env, env_params)
   return jax.grad(lambda p: jnp.sum(jax.nn.softmax(apply_fn(p, obs0[None]))[0]
@@ -136,7 +167,7 @@ def shadow(length: int, config, log: Callable) -> Dict:
 
   def measure(carry, key):
     params, _, carries = carry
-    q, w, _ = exact.corridor_credit(env, env_params, apply_fn, params)
+    q, w, _ = corridor_credit(env, env_params, apply_fn, params)
     flat, unravel = jax.flatten_util.ravel_pytree(params)
     jac = jax.jacobian(lambda f: jax.nn.softmax(apply_fn(unravel(f), obs0[None]))[0])(
         flat)                                                          # [A, P]
