@@ -13,6 +13,7 @@ from credit_jax import envs, rollout
 from credit_jax.algos import token_agent
 from credit_jax.config import ConfigError
 from credit_jax.envs import tokens as tokens_lib
+from credit_jax.experiments.token_study import study as token_study
 from credit_jax.nets import lm, mlp
 
 
@@ -318,14 +319,14 @@ def test_token_counts_by_hand():
   c = _tiny(use_reference_kl=True, kl_coef=0.1)
   # k = 1: the oracle's stream is 16 tokens (15 steps), the horizon 15 + 7 = 22; 2 x 4
   # streams, 2 epochs.
-  assert token_agent.token_counts(c) == {
+  assert token_study.token_counts(c) == {
       "rollout": 176, "update": 352, "reference": 352, "value": 0, "rl_update": 880,
       "sft_step": 4 * 15}
   c = _tiny(estimator="ppo", use_reference_kl=True)
-  n = token_agent.token_counts(c)
+  n = token_study.token_counts(c)
   assert (n["reference"], n["value"], n["rl_update"]) == (0, 8 * 23, 176 + 352 + 184)
   c.sft_turns = (1, 2)   # k = 2: 25 tokens, 24 steps
-  assert token_agent.token_counts(c)["sft_step"] == 4 * (15 + 24)
+  assert token_study.token_counts(c)["sft_step"] == 4 * (15 + 24)
   assert token_agent.make_train(c).supervised.tokens_per_step == 4 * (15 + 24)
 
 

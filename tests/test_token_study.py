@@ -40,10 +40,10 @@ def test_study_writes_its_summary_and_resumes(tmp_path):
   # The SFT control gets at least the tokens of the most expensive RL arm (here GRPO's
   # reference passes outweigh PPO's value pass), and less than one more chunk of
   # supervised steps.
-  most = max(token_agent.token_counts(token_study.study._recipe(c, 1, a))["rl_update"]
+  most = max(token_study.study.token_counts(token_study.study._recipe(c, 1, a))["rl_update"]
              for a in ("grpo", "ppo")) * 2
   assert most == grpo["tokens"] > ppo["tokens"]
-  per_step = token_agent.token_counts(token_study.study._recipe(c, 1, "sft"))["sft_step"]
+  per_step = token_study.study.token_counts(token_study.study._recipe(c, 1, "sft"))["sft_step"]
   assert most <= sft["tokens"] < most + 2 * per_step
   assert warm["tokens"] == [2 * per_step] * 2
   # The RL arms keep the recipe's diagnostics per update.
@@ -86,7 +86,7 @@ def test_spread_warm_start_stops_each_seed_at_the_threshold(tmp_path):
     # A seed stops after the first block that reached the threshold, else at the cap.
     hit = np.flatnonzero(success[:, s] >= 0.5)
     assert steps[s] == (2 * (hit[0] + 1) if hit.size else 6), (steps, success)
-  per_step = token_agent.token_counts(token_study.study._recipe(c, 1, "grpo"))["sft_step"]
+  per_step = token_study.study.token_counts(token_study.study._recipe(c, 1, "grpo"))["sft_step"]
   assert warm["tokens"] == (steps * per_step).tolist()
 
 

@@ -62,9 +62,9 @@ constant over a run); group estimators add `degenerate_frac`, PPO `value_loss`.
 Hyperparameters in `hparams` (traced): lr, sft_lr, clip_eps, ent_coef, kl_coef, vf_coef,
 gamma, gae_lambda, prm_weight, turn_weight, max_grad_norm.
 
-Token accounting (`token_counts`): tokens through the model per RL update (rollout,
-update passes, reference passes, value pass) and per supervised step, so an arm of more
-supervised steps can be given the same tokens as an RL arm (the study's SFT control).
+Token accounting (tokens through the model per RL update and per supervised step, for
+the token study's equal-token SFT control) is the study's: `token_counts` in
+credit_jax/experiments/token_study/study.py.
 """
 from __future__ import annotations
 
@@ -204,7 +204,7 @@ def make_network(config, env, horizon: int) -> lm.TokenLM:
                     critic=critic_kind(config))
 
 
-def _sft_envs(config):
+def sft_envs(config):
   """`[(env, env_params)]` whose oracle demonstrations the warm start imitates: the
   recipe's env, or ToolArith-v0 at each k of `config.sft_turns` (other kwargs alike)."""
   env, env_params = train_lib.make_env(config)
@@ -216,32 +216,6 @@ def _sft_envs(config):
   for k in config.sft_turns:
     e, p = envs_lib.make(config.env_name, **{**kwargs, "num_turns": int(k)})
     out.append((e, p.replace(split=split)))
-  return out
-
-
-def token_counts(config) -> Dict[str, int]:
-  """Tokens through the model, per seed: `{"rollout", "update", "reference", "value",
-  "rl_update", "sft_step"}`.
-
-  One RL update: the rollout's `num_tasks * group_size` streams of `horizon` tokens
-  (cached acting, one token at a time), `update_epochs` full passes over them in the
-  minibatch steps, as many again for the reference policy when `use_reference_kl` (the
-  group estimators'; PPO's loss has no reference term), and
-  PPO's value pass over `horizon + 1` tokens per stream; `rl_update` is their sum. One
-  supervised step: `sft_batch` demonstrations of each warm-start env, `oracle_steps`
-  tokens each. Every slot of the horizon counts (the padding after an episode's end goes
-  through the model too), and a separate critic trunk is not counted twice.
-  """
-  env, env_params = train_lib.make_env(config)
-  horizon = int(env_params.max_steps_in_episode)
-  streams = int(config.num_tasks) * int(config.group_size)
-  passes = int(config.update_epochs) * streams * horizon
-  out = {"rollout": streams * horizon, "update": passes,
-         "reference": passes if config.use_reference_kl and config.estimator != "ppo" else 0,
-         "value": streams * (horizon + 1) if config.estimator == "ppo" else 0}
-  out["rl_update"] = sum(out.values())
-  out["sft_step"] = int(config.sft_batch) * sum(int(e.oracle_steps)
-                                                for e, _ in _sft_envs(config))
   return out
 
 
@@ -325,12 +299,12 @@ class Supervised:
 
   `init(params, hp) -> opt_state`; `run(params, opt_state, keys [S, 2], hp) -> (params,
   opt_state, (loss [S], accuracy [S]))`: one Adam step at `hp["sft_lr"]` per key, each
-  on `sft_batch` demonstrations of every env of `_sft_envs(config)` (split as the
+  on `sft_batch` demonstrations of every env of `sft_envs(config)` (split as the
   config's env). `tokens_per_step`: tokens through the model per step.
   """
 
   def __init__(self, config):
-    self.envs = _sft_envs(config)
+    self.envs = sft_envs(config)
     env, env_params = self.envs[0]
     self.network = make_network(config, env, int(env_params.max_steps_in_episode))
     self.optimizer = train_lib.make_optimizer(config)

@@ -18,7 +18,7 @@ For each number of calculator turns k (`turns`), `seeds` seeds of the token-agen
      (`ARMS` for what each name sets); and "sft", the control: more supervised steps on
      the warm start's demonstrations at `recipe.sft_lr`, as many as give at least the
      stream tokens of the most expensive RL arm at that k
-     (`token_agent.token_counts`: rollout, update passes, reference passes, value pass).
+     (`token_counts`: rollout, update passes, reference passes, value pass).
   4. A measurement after.
 
 A measurement is `eval_episodes` fresh held-out episodes per seed (`split` 2; training
@@ -38,13 +38,14 @@ import json
 import math
 import os
 import time
+from typing import Dict
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from credit_jax.algos import token_agent
+from credit_jax.algos import token_agent, train as train_lib
 from credit_jax.config import ConfigError
 from credit_jax.experiments import report
 from credit_jax.experiments.token_study import summary as summary_lib
@@ -60,7 +61,33 @@ WARM_STARTS = ("fixed", "spread")
 CURVES = ("success", "degenerate_frac", "approx_kl", "clip_frac", "entropy", "call_rate",
           "call_accuracy", "calls", "lr", "kl_ref", "value_loss")
 __all__ = ["ARMS", "CURVES", "RESULTS", "SFT", "default_config", "num_seeds", "run",
-           "run_arm", "summarise", "validate_config", "warm_start"]
+           "run_arm", "summarise", "token_counts", "validate_config", "warm_start"]
+
+
+def token_counts(config) -> Dict[str, int]:
+  """Tokens through the model, per seed: `{"rollout", "update", "reference", "value",
+  "rl_update", "sft_step"}`.
+
+  One RL update: the rollout's `num_tasks * group_size` streams of `horizon` tokens
+  (cached acting, one token at a time), `update_epochs` full passes over them in the
+  minibatch steps, as many again for the reference policy when `use_reference_kl` (the
+  group estimators'; PPO's loss has no reference term), and
+  PPO's value pass over `horizon + 1` tokens per stream; `rl_update` is their sum. One
+  supervised step: `sft_batch` demonstrations of each warm-start env, `oracle_steps`
+  tokens each. Every slot of the horizon counts (the padding after an episode's end goes
+  through the model too), and a separate critic trunk is not counted twice.
+  """
+  env, env_params = train_lib.make_env(config)
+  horizon = int(env_params.max_steps_in_episode)
+  streams = int(config.num_tasks) * int(config.group_size)
+  passes = int(config.update_epochs) * streams * horizon
+  out = {"rollout": streams * horizon, "update": passes,
+         "reference": passes if config.use_reference_kl and config.estimator != "ppo" else 0,
+         "value": streams * (horizon + 1) if config.estimator == "ppo" else 0}
+  out["rl_update"] = sum(out.values())
+  out["sft_step"] = int(config.sft_batch) * sum(int(e.oracle_steps)
+                                                for e, _ in token_agent.sft_envs(config))
+  return out
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -168,7 +195,7 @@ def warm_start(config, turns, log):
   c = _recipe(config, turns, "grpo")
   wall, cpu = time.perf_counter(), time.process_time()
   n, seeds = int(config.eval_episodes), int(config.seeds)
-  per_step = token_agent.token_counts(c)["sft_step"]
+  per_step = token_counts(c)["sft_step"]
   if config.warm_start == "fixed":
     state = jax.jit(jax.vmap(token_agent.make_train(c).init))(_keys(config, 0))
     params, steps = state.params, np.full(seeds, int(c.sft_steps))
@@ -222,7 +249,7 @@ def warm_start(config, turns, log):
 def _budget(config, turns):
   """Tokens per seed of the most expensive RL arm at `turns` (the SFT arm's budget)."""
   rl = [a for a in _arms(config, turns) if a != SFT] or ["grpo"]
-  return max(token_agent.token_counts(_recipe(config, turns, a))["rl_update"]
+  return max(token_counts(_recipe(config, turns, a))["rl_update"]
              for a in rl) * int(config.recipe.num_updates)
 
 
@@ -261,12 +288,12 @@ def run_arm(config, turns, arm, params, log):
           f"{m['approx_kl'][:, -1].mean():.4f}, lr {m['lr'][:, -1].mean():.2e} "
           f"({time.perf_counter() - wall:.0f} s)")
     params = state.params
-    tokens = token_agent.token_counts(c)["rl_update"] * c.num_updates
+    tokens = token_counts(c)["rl_update"] * c.num_updates
     updates = c.num_updates
   after = jax.device_get(jax.jit(_measure(c, n))(params, _keys(config, 1)))
   record = {"kind": "arm", "arm": arm, "turns": int(turns), "seeds": int(config.seeds),
             "episodes_per_seed": n, "updates": int(updates), "tokens": int(tokens),
-            "tokens_per_update": token_agent.token_counts(c),
+            "tokens_per_update": token_counts(c),
             "after": _counts(after, n), "wall_s": time.perf_counter() - wall,
             "cpu_s": time.process_time() - cpu,
             "curves": {k: np.concatenate([x[k] for x in curves]).tolist()
