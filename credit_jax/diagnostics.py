@@ -238,7 +238,7 @@ def gradient_stats(grads: Array, true_grad: Array) -> Dict[str, Array]:
 
 
 # ---------------------------------------------------------------------------------------
-# Credit accuracy and degenerate groups.
+# Credit accuracy.
 
 
 def credit_accuracy(weights: Array, pivotal: Array, valid: Optional[Array] = None

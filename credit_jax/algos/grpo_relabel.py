@@ -41,8 +41,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from credit_jax import baselines, envs
-from credit_jax import envs, nets, relabel, rollout
+from credit_jax import baselines, envs, nets, relabel, rollout
 from credit_jax.algos import dqn, grpo, losses, train as train_lib
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "relabel_weight",
