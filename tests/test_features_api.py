@@ -130,8 +130,9 @@ def _learned(algo, name, kind):
   return c
 
 
-# Every (recipe, estimator) pair the recipes take, with an MLP; each estimator once with a
-# GRU (the replayed-logits path), in a recipe whose GRU program differs from the others'.
+# Every (recipe, estimator) pair the recipes take, with an MLP (GRPO's RUDDER: in
+# tests/test_grpo_rudder.py); each estimator once with a GRU (the replayed-logits path), in
+# a recipe whose GRU program differs from the others'.
 # Each case is one compile of a whole training program, the suite's main cost.
 @pytest.mark.parametrize("algo,name,kind", [
     ("reinforce", "rudder", "mlp"), ("reinforce", "hca", "mlp"),
@@ -147,7 +148,6 @@ def test_learned_credit_runs_in_the_recipes(algo, name, kind):
 
 
 @pytest.mark.parametrize("algo,name,kind,field", [
-    ("grpo", "rudder", "mlp", "rudder.enabled"),
     ("ppo", "hca", "mlp", "hca.enabled"),
     ("ppo", "rudder", "gru", "rollout"),
     ("grpo", "hca", "transformer", None)])

@@ -8,7 +8,7 @@ into one; this file holds what they computed before, at tiny shapes (3 updates,
 KeyChain T=6): the sha256 of the final parameters, of the whole final `TrainState` and
 of every metric (`tests/data/grpo_identity.json`, recorded on the code before the
 merge). A change that moves a number fails here naming the case and the metric. RUDDER
-is absent: GRPO refuses it (its group-normalised scores ignore a redistribution).
+is absent: GRPO took it after the merge (tests/test_grpo_rudder.py).
 
 Bits are those of one XLA build on one platform (tests/identity.py: the digests, the
 comparison, the script form). To (re)record:

@@ -27,7 +27,8 @@ tuple and describes itself in a `Recipe`; everything else happens here and in
       shape_rewards(carry, signal, traj, hp, key, update, params)
                                          the credit signal after shaping (`Signal`:
                                          per-step rewards, per-episode scores, per-step
-                                         bonus); PRM shaping, RUDDER-style redistribution
+                                         bonus, per-step scores); PRM shaping, RUDDER's
+                                         redistribution
       advantages(carry, EstimatorInput)  an advantage estimator replacing the recipe's
                                          own (`Feature.estimator = True`, at most one)
       collect(carry, CollectInput)       a group rollout replacing the recipe's own
@@ -102,6 +103,10 @@ class Signal(NamedTuple):
   rewards: Array                  # [T, B...] per-step rewards (what GAE reads)
   scores: Optional[Array] = None  # [B...] per-episode scores (group advantages), or None
   bonus: Optional[Array] = None   # [T, B...] per-step credit added to the advantages, or None
+  # [T, B...] per-step scores, or None: a GROUPS recipe normalises them within each group
+  # at every step instead of broadcasting the episode's score (RUDDER's returns-to-go,
+  # which equal `scores` at t = 0); a hook that rewrites `scores` cannot join them.
+  step_scores: Optional[Array] = None
 
 
 def undiscounted(hp) -> float:

@@ -48,10 +48,19 @@ the environment marks its pivotal steps (`info["pivotal"]`), `pivotal_share` (th
 |r'| on them) and `moved_pivotal_share` (the share of |r' - r|: of the reward that was
 moved, how much went to them).
 
-Rollouts: whole episodes (REINFORCE's, PPO's with rollout = "episodes"), or a
-continuing window (PPO) that holds whole episodes of one fixed length (KeyChain's
-horizon, a corridor's length) dividing `num_steps`; `validate` checks. GRPO refuses it:
-its credit is each episode's score, which the redistribution keeps.
+Rollouts: whole episodes (REINFORCE's, PPO's with rollout = "episodes", GRPO's groups),
+or a continuing window (PPO) that holds whole episodes of one fixed length (KeyChain's
+horizon, a corridor's length) dividing `num_steps`; `validate` checks.
+
+**In GRPO** (a `hooks.GROUPS` recipe) the redistribution alone would change nothing: GRPO
+credits every step with its episode's group-normalised score, and `r'` keeps each score.
+So there the hook also scores every step (`Signal.step_scores [T, N, K]`) by the
+redistributed return-to-go `R'_t = sum_{s >= t} r'_s = G - g_{t-1}`, written as the score
+minus the `r'` before t so that `R'_0` is the episode's score to the bit; GRPO normalises
+them within each group at every step (`grpo.step_advantages`), so at t = 0 the advantage is
+GRPO's and later steps compare what is left of each member's return once the predictor
+has read its prefix. The trajectory `[T, N, K]` is read as `N K` episode columns and shaped
+back. PRM shaping, which rewrites the scores, is refused beside it (`validate`).
 """
 from __future__ import annotations
 
@@ -454,10 +463,13 @@ class RudderFeature(hooks.Feature):
 
   def validate(self, config, recipe: hooks.Recipe) -> None:
     r = config.rudder
-    require(recipe.rollout != hooks.GROUPS, "rudder.enabled",
-            f"the {recipe.name} recipe credits each step with its episode's group-"
-            f"normalised score, which a redistribution that keeps every return leaves "
-            f"unchanged; use REINFORCE or PPO")
+    prm = config.get("prm")
+    prm_on = prm is not None and bool(prm.get("enabled", False))
+    require(recipe.rollout != hooks.GROUPS or not prm_on,
+            "rudder.enabled",
+            f"in the {recipe.name} recipe RUDDER scores each step by its redistributed "
+            f"return-to-go, which PRM shaping's rewritten episode scores (prm.enabled) "
+            f"would contradict; turn one off")
     for f in ("hidden_size", "train_steps", "replay_episodes"):
       require(int(r[f]) >= 1, f"rudder.{f}", f"must be >= 1, got {r[f]}")
     require(int(r.capacity) >= 2, "rudder.capacity", f"must be >= 2, got {r.capacity}")
@@ -484,6 +496,7 @@ class _RudderBound(hooks.Bound):
     env, params = context.env, context.env_params
     obs_size = int(np.prod(env.observation_space(params).shape))
     length, self.window_horizon = episode_length(context.config, context.recipe)
+    self.groups = context.recipe.rollout == hooks.GROUPS
     self.rudder = Rudder(cfg, env.num_actions, obs_size, length)
     self.with_reward = bool(cfg.with_reward)
 
@@ -498,5 +511,13 @@ class _RudderBound(hooks.Bound):
                                               hp["rudder.aux_weight"], key, update)
     if self.window_horizon:
       shaped = window_of(shaped, signal.rewards.shape[0])
-    return signal._replace(rewards=jnp.reshape(shaped, signal.rewards.shape)), carry, \
-        metrics
+    shaped = jnp.reshape(shaped, signal.rewards.shape)   # GRPO's [T, N K] -> [T, N, K]
+    signal = signal._replace(rewards=shaped)
+    if self.groups:   # each step's redistributed return-to-go (module doc)
+      if signal.scores is None:
+        raise ValueError("a GROUPS recipe hands RUDDER its episode scores (Signal.scores)")
+      before = jnp.concatenate([jnp.zeros_like(shaped[:1]),   # sum_{s < t} r'_s
+                                jnp.cumsum(shaped, axis=0)[:-1]])
+      signal = signal._replace(step_scores=jnp.where(
+          traj.valid, signal.scores[None] - before, 0.0))
+    return signal, carry, metrics

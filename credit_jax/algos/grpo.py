@@ -43,6 +43,11 @@ reference of the KL penalty is replayed the same way. The step-credit hooks (Vin
 GiGPO, tree groups), which restart states under a memoryless policy, refuse a sequence
 network (`features.check`).
 
+RUDDER (`credit_jax/addons/rudder.py`) scores every step, not only the episode: each
+step's advantage is the group advantage, among the K members at that step, of its
+redistributed return-to-go (`hooks.Signal.step_scores`), which at step 0 is the episode's
+score, so there it is GRPO's own.
+
 The update's pieces are functions here that the recipes built on GRPO's fields
 (`grpo_relabel.py`, `search_then_train.py`, `hierarchy.py`) call too: `step_advantages`
 (the hooks' shaping and the group advantages), `policy_data`, `optimise` (the minibatch
@@ -236,7 +241,10 @@ def step_advantages(hooks: hooks_lib.Hooks, aux, traj, kind: str, hp, k_perm, up
   Returns:
     `(step_adv [T, N, K], degenerate [N], returns [N, K], signal, aux, metrics)`: the
     group advantage of each episode's (shaped) score at every step, plus the signal's
-    per-step bonus where a hook adds one (PRM form "step").
+    per-step bonus where a hook adds one (PRM form "step"). Where a hook scores every
+    step (`signal.step_scores [T, N, K]`, RUDDER's returns-to-go), the group advantage of
+    those scores at each step instead, 0 at invalid steps; `degenerate` stays the
+    episode scores' (such a group may still carry signal at later steps).
   """
   valid = traj.valid
   if valid.ndim != 3 or traj.rewards.shape != valid.shape:
@@ -246,7 +254,14 @@ def step_advantages(hooks: hooks_lib.Hooks, aux, traj, kind: str, hp, k_perm, up
   signal, aux, metrics = hooks.shape_rewards(
       aux, hooks_lib.Signal(traj.rewards, scores=returns), traj, hp, k_perm, update, params)
   adv, degenerate = baselines.group_advantages(signal.scores, kind=kind)  # [N, K], [N]
-  step_adv = jnp.broadcast_to(adv[None], valid.shape)                     # [T, N, K]
+  if signal.step_scores is None:
+    step_adv = jnp.broadcast_to(adv[None], valid.shape)                   # [T, N, K]
+  elif signal.scores is not returns:   # step_scores[0] would no longer be the score
+    raise ValueError("a hook set per-step scores (Signal.step_scores) and another "
+                     "rewrote the episode scores: GRPO cannot credit both; turn one off")
+  else:
+    step_adv = jnp.where(valid, baselines.group_advantages(signal.step_scores,
+                                                           kind=kind)[0], 0.0)
   if signal.bonus is not None:
     step_adv = step_adv + signal.bonus
   return step_adv, degenerate, returns, signal, aux, metrics
