@@ -23,9 +23,8 @@ from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["kaplan_meier", "survival_at", "km_quantile", "restricted_mean",
-           "bootstrap_interval", "rmst_interval", "paired_rmst_difference",
-           "local_slopes", "fisher_exact"]
+__all__ = ["kaplan_meier", "km_quantile", "restricted_mean", "bootstrap_interval",
+           "rmst_interval", "local_slopes", "fisher_exact"]
 
 
 def _check(times, events) -> Tuple[np.ndarray, np.ndarray]:
@@ -56,14 +55,6 @@ def kaplan_meier(times, events) -> Tuple[np.ndarray, np.ndarray]:
     s *= 1.0 - d / at_risk
     out.append(s)
   return event_times, np.asarray(out, np.float64)
-
-
-def survival_at(times, events, at) -> np.ndarray:
-  """S(at) of the Kaplan-Meier estimate, for `at` a scalar or array (same shape out)."""
-  et, s = kaplan_meier(times, events)
-  at = np.asarray(at, np.float64)
-  idx = np.searchsorted(et, at, side="right")      # events at or before `at`
-  return np.where(idx == 0, 1.0, np.concatenate([[1.0], s])[idx])
 
 
 def km_quantile(times, events, q: float = 0.5) -> float:
@@ -129,18 +120,6 @@ def rmst_interval(times, events, tau: float, num: int = 2000, seed: int = 0
   return bootstrap_interval(lambda t, e: restricted_mean(t, e, tau),
                             np.asarray(times, np.float64), np.asarray(events, bool),
                             num=num, seed=seed)
-
-
-def paired_rmst_difference(times_a, events_a, times_b, events_b, tau: float,
-                           num: int = 2000, seed: int = 0) -> Tuple[float, float, float]:
-  """`(rmst_a - rmst_b, low, high)` with seeds resampled jointly (arms share seed i)."""
-  ta, ea = _check(times_a, events_a)
-  tb, eb = _check(times_b, events_b)
-  if ta.shape != tb.shape:
-    raise ValueError(f"paired arms need the same seeds, got {ta.shape} and {tb.shape}")
-  return bootstrap_interval(
-      lambda a, b, c, d: restricted_mean(a, b, tau) - restricted_mean(c, d, tau),
-      ta, ea, tb, eb, num=num, seed=seed)
 
 
 def local_slopes(horizons: Sequence[float], values, num: int = 2000, seed: int = 0,

@@ -36,9 +36,29 @@ from credit_jax import survival
 from credit_jax.experiments import report
 from credit_jax.experiments.horizon_answer import anatomy, learning
 
-__all__ = ["pick_rate", "run", "summarise"]
+__all__ = ["paired_rmst_difference", "pick_rate", "run", "summarise", "survival_at"]
 
 REFERENCE = "reinforce_loo"
+
+
+def survival_at(times, events, at) -> np.ndarray:
+  """S(at) of the Kaplan-Meier estimate, for `at` a scalar or array (same shape out)."""
+  et, s = survival.kaplan_meier(times, events)
+  at = np.asarray(at, np.float64)
+  idx = np.searchsorted(et, at, side="right")      # events at or before `at`
+  return np.where(idx == 0, 1.0, np.concatenate([[1.0], s])[idx])
+
+
+def paired_rmst_difference(times_a, events_a, times_b, events_b, tau: float,
+                           num: int = 2000, seed: int = 0) -> Tuple[float, float, float]:
+  """`(rmst_a - rmst_b, low, high)` with seeds resampled jointly (arms share seed i)."""
+  ta, ea = survival._check(times_a, events_a)
+  tb, eb = survival._check(times_b, events_b)
+  if ta.shape != tb.shape:
+    raise ValueError(f"paired arms need the same seeds, got {ta.shape} and {tb.shape}")
+  rmst = survival.restricted_mean
+  return survival.bootstrap_interval(lambda a, b, c, d: rmst(a, b, tau) - rmst(c, d, tau),
+                                     ta, ea, tb, eb, num=num, seed=seed)
 
 
 def _read(path):
@@ -157,14 +177,14 @@ def summarise(lc, records: List[dict]) -> dict:
             "km_median_steps": survival.km_quantile(steps, e),
             "rmst_updates": [rm, lo, hi], "tau_updates": tau_u,
             "rmst_steps": [rs, slo, shi], "tau_steps": tau_s,
-            "survival_at_budget": float(survival.survival_at(t, e, float(r["max_updates"]))),
+            "survival_at_budget": float(survival_at(t, e, float(r["max_updates"]))),
             "updates_run": int(r["checks"][-1]) if r["checks"] else 0,
             "steps_per_update": int(r["steps_per_update"]), "train_s": r["train_s"]}
     ref = by.get((family, horizon, REFERENCE))
     if ref is not None and arm != REFERENCE and ref["seeds"] == r["seeds"]:
       tr = np.asarray(ref["times"], np.float64) * float(ref["steps_per_update"])
       er = np.asarray(ref["events"], bool)
-      d = survival.paired_rmst_difference(steps, e, tr, er, tau_s)
+      d = paired_rmst_difference(steps, e, tr, er, tau_s)
       cell["rmst_steps_minus_reference"] = list(d)
       if e.any() or er.any():
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -178,10 +198,10 @@ def summarise(lc, records: List[dict]) -> dict:
     for arm in sorted({k[2] for k in by if k[0] == family}):
       series = sorted([r for (f, h, a), r in by.items() if f == family and a == arm],
                       key=lambda r: r["horizon"])
-      ok = [r for r in series if 1.0 - survival.survival_at(
+      ok = [r for r in series if 1.0 - survival_at(
           r["times"], r["events"], float(r["max_updates"])) >= 0.9 - 1e-12]
       largest[f"{family}/{arm}"] = (
-          {"horizon": ok[-1]["horizon"], "survival_at_budget": float(survival.survival_at(
+          {"horizon": ok[-1]["horizon"], "survival_at_budget": float(survival_at(
               ok[-1]["times"], ok[-1]["events"], float(ok[-1]["max_updates"]))),
            "horizons_run": [r["horizon"] for r in series]} if ok else
           {"horizon": None, "horizons_run": [r["horizon"] for r in series]})
