@@ -12,11 +12,11 @@ Everything here measures such estimates against a ground truth, and is pure and 
     a true gradient.
   * `credit_accuracy`: the share of absolute credit that lands on the steps that really
     mattered (KeyChain's `info["pivotal"]`).
-  * `tabular_policy` / `tabular_log_prob`: a softmax policy over KeyChain's contexts with
-    `cue_delay = 0` (the observation says whether the step is pivotal and, if so, its cue
-    `c`): one logit row per context (row 0: distractor steps, row 1 + c: a pivotal step
-    whose right action is c), `logits: [A + 1, A]`. The uniform policy is `logits = 0`.
-    Its exact objective and gradient are the variance-scaling study's
+  * `tabular_policy`: a softmax policy over KeyChain's contexts with `cue_delay = 0` (the
+    observation says whether the step is pivotal and, if so, its cue `c`): one logit row
+    per context (row 0: distractor steps, row 1 + c: a pivotal step whose right action is
+    c), `logits: [A + 1, A]`. The uniform policy is `logits = 0`. Its log-probabilities,
+    exact objective and gradient are the variance-scaling study's
     (credit_jax/experiments/variance_scaling/exact.py); GRPO's degenerate groups and the
     logits that answer right with probability q are the GRPO degradation study's
     (credit_jax/experiments/grpo_degradation/degenerate_groups.py).
@@ -79,14 +79,6 @@ def _check_logits(logits: Any) -> int:
     raise ValueError(f"logits must be a [A + 1, A] table (one row per context), got "
                      f"shape {_shape(logits)}")
   return _shape(logits)[1]
-
-
-def tabular_log_prob(logits: Array, obs: Array, action: Array) -> Array:
-  """log pi(action | obs) of the tabular policy; logits: [A + 1, A], obs: [A + 2],
-  action: [] int. Returns [] float."""
-  num_actions = _check_logits(logits)
-  row = logits[keychain_context(obs, num_actions)]
-  return jax.nn.log_softmax(row)[jnp.asarray(action, jnp.int32)]
 
 
 def tabular_policy(params: Array, obs: Array, key: Array):

@@ -45,7 +45,7 @@ def _two_step_outcomes():
 
 def _grads(weights, obs, actions, logits=LOGITS_2STEP):
   return dg.flatten_gradients(dg.per_trajectory_gradients(
-      dg.tabular_log_prob, logits, obs, actions, weights))
+      exact.tabular_log_prob, logits, obs, actions, weights))
 
 
 def _population_variance(grads):
@@ -225,11 +225,11 @@ def test_loglog_slope():
 def test_shape_checks_name_the_argument():
   obs, actions, rewards = _two_step_outcomes()
   with pytest.raises(ValueError, match="weights"):
-    dg.per_trajectory_gradients(dg.tabular_log_prob, LOGITS_2STEP, obs, actions,
+    dg.per_trajectory_gradients(exact.tabular_log_prob, LOGITS_2STEP, obs, actions,
                                 rewards[:, :4])
   with pytest.raises(ValueError, match="true_grad"):
     dg.gradient_stats(jnp.zeros((4, 6)), jnp.zeros(5))
   with pytest.raises(ValueError, match="scheme"):
     dg.credit_weights("mc", rewards)
   with pytest.raises(ValueError, match="logits"):
-    dg.tabular_log_prob(jnp.zeros((2, 2)), obs[0, 0], 0)
+    exact.tabular_log_prob(jnp.zeros((2, 2)), obs[0, 0], 0)

@@ -1,5 +1,5 @@
 """The exact side of the variance-scaling study: KeyChain's closed-form objective under the
-tabular policy of `credit_jax/diagnostics.py`, its exact gradient, where the variance of an
+tabular policy of `credit_jax/diagnostics.py`, its log-probabilities, its exact gradient, where the variance of an
 estimate lies, the time-indexed value baseline and the log-log slope of the figures.
 
 With `cue_delay = 0` the tabular policy keeps one logit row per context, `logits: [A + 1,
@@ -24,10 +24,19 @@ import numpy as np
 
 # The library's shape checks, shared rather than copied (same package).
 from credit_jax.diagnostics import _check_grads, _check_like, _check_logits, _check_rank
+from credit_jax.diagnostics import keychain_context
 
 Array = jax.Array
 
 REWARDS = ("terminal", "partial")
+
+
+def tabular_log_prob(logits: Array, obs: Array, action: Array) -> Array:
+  """log pi(action | obs) of the tabular policy; logits: [A + 1, A], obs: [A + 2],
+  action: [] int. Returns [] float."""
+  num_actions = _check_logits(logits)
+  row = logits[keychain_context(obs, num_actions)]
+  return jax.nn.log_softmax(row)[jnp.asarray(action, jnp.int32)]
 
 
 def keychain_objective(logits: Array, num_pivotal: int, reward: str = "terminal"

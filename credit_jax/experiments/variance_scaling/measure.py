@@ -85,7 +85,7 @@ def make_measure(config, horizon):
         fit, ev, rewards[:, :, :num_fit], rewards[:, :, num_fit:])   # [R, M, T, N]
     flat_w = w.reshape((-1,) + w.shape[2:])
     grads = jax.vmap(lambda wi: dg.flatten_gradients(dg.per_trajectory_gradients(
-        dg.tabular_log_prob, logits, ev.obs, ev.actions, wi, ev.valid)))(flat_w)
+        exact.tabular_log_prob, logits, ev.obs, ev.actions, wi, ev.valid)))(flat_w)
     mass = jnp.abs(w)
     return {"grads": grads.reshape(w.shape[:2] + grads.shape[1:]),  # [R, M, N, D]
             "pivotal_mass": jnp.sum(mass * ev.info["pivotal"], axis=(2, 3)),
