@@ -6,6 +6,7 @@ import pytest
 
 import credit_jax as cj
 from credit_jax.addons import prm
+from credit_jax.experiments.prm import study as prm_study
 from credit_jax.envs import runningsum
 
 
@@ -170,7 +171,7 @@ def test_aggregation_against_hand_computed_returns():
 
 def test_compounding_hand_case():
   ok = jnp.array([[True, True, False], [True, False, True]])   # [T=2, B=3]
-  a, whole = prm.compounding(ok, jnp.ones_like(ok))
+  a, whole = prm_study.compounding(ok, jnp.ones_like(ok))
   assert float(a) == pytest.approx(4 / 6)
   assert float(whole) == pytest.approx(1 / 3)
 

@@ -10,6 +10,7 @@ import pytest
 
 import credit_jax as cj
 from credit_jax.addons import prm
+from credit_jax.experiments.prm import study as prm_study
 
 
 def test_step_deltas_hand_cases():
@@ -39,12 +40,12 @@ def test_step_deltas_telescope_so_padding_earns_nothing():
 def test_rerank_hand_case():
   scores = jnp.array([[0.1, 0.9, 0.5, 0.9], [0.3, 0.2, 0.8, 0.1]])
   success = jnp.array([[0, 0, 1, 1], [1, 0, 1, 0]])
-  np.testing.assert_array_equal(prm.rerank(scores, success, 1), [0, 1])
-  np.testing.assert_array_equal(prm.rerank(scores, success, 2), [0, 1])   # picks 0.9, 0.3
-  np.testing.assert_array_equal(prm.rerank(scores, success, 4), [0, 1])   # tie: first 0.9
-  np.testing.assert_array_equal(prm.rerank(success, success, 4), [1, 1])  # the verifier
+  np.testing.assert_array_equal(prm_study.rerank(scores, success, 1), [0, 1])
+  np.testing.assert_array_equal(prm_study.rerank(scores, success, 2), [0, 1])   # picks 0.9, 0.3
+  np.testing.assert_array_equal(prm_study.rerank(scores, success, 4), [0, 1])   # tie: first 0.9
+  np.testing.assert_array_equal(prm_study.rerank(success, success, 4), [1, 1])  # the verifier
   with pytest.raises(ValueError):
-    prm.rerank(scores, success, 5)
+    prm_study.rerank(scores, success, 5)
 
 
 class _Uniform:

@@ -29,11 +29,12 @@ The PRM's parameters ride in the train state (`aux["prm_params"]`) and may be re
 every `retrain_every` updates on the current policy's steps with `retrain_labels`
 ("mc_hard" / "mc_soft": Monte-Carlo completions by the current policy from
 `retrain_mc_states` of its post-step states, restored from `info["post_state"]`).
-Reranking (`rerank`): best-of-N by PRM score, by the outcome verifier, or at random.
+Reranking (best-of-N by PRM score) and the compounding of per-step judgements are the
+PRM study's (credit_jax/experiments/prm/study.py).
 
 Three modules, one namespace: `prm_labels.py` (demonstrator, frozen-episode rollouts,
-Monte-Carlo labels), `prm_model.py` (the network, its training loop, calibration) and this
-one (config, shaping hooks, reranking, compounding), which re-exports the other two, so
+Monte-Carlo labels), `credit_jax/nets/prm.py` (the network, its training loop,
+calibration) and this one (config, shaping hooks), which re-exports the other two, so
 `credit_jax.addons.prm.<name>` reaches all of it.
 """
 from __future__ import annotations
@@ -144,18 +145,6 @@ def step_deltas(prm_probs, valid, starts=None, first_prev=None):
     first = jnp.zeros_like(starts).at[0].set(first_prev is None)
     prev = jnp.where(jnp.logical_or(starts, first), 1.0, prev)
   return jnp.where(valid, prm_probs - prev, 0.0)
-
-
-def rerank(scores, success, n: int):
-  """Best-of-n: the success `[B]` of the sample that `scores: [B, K]` ranks first among
-  the first `n` of each row's K samples (ties: the first); `success: [B, K]` in {0, 1}
-  (or any per-sample value to read at the pick: its length, padding fraction, ...).
-  Scores = the outcome gives the verifier's pick, constant scores a random one."""
-  if scores.shape != success.shape or scores.ndim != 2 or not 1 <= n <= scores.shape[1]:
-    raise ValueError(f"scores {scores.shape} / success {success.shape} must be one [B, K] "
-                     f"with 1 <= n={n} <= K")
-  pick = jnp.argmax(scores[:, :n], axis=1)
-  return jnp.take_along_axis(success[:, :n], pick[:, None], axis=1)[:, 0]
 
 
 class Shaper(NamedTuple):
@@ -367,23 +356,8 @@ class _PrmBound(hooks.Bound):
     return signal._replace(scores=scores, bonus=bonus), carry, metrics
 
 
-def compounding(per_step_correct, valid):
-  """Whole-trajectory judgement from per-step judgements `[T, B]` (bool, right or not).
-
-  Returns (per-step accuracy a [], fraction of trajectories judged right at every step
-  []), to compare the latter with a^T.
-  """
-  if per_step_correct.shape != valid.shape or per_step_correct.ndim != 2:
-    raise ValueError(f"per_step_correct {per_step_correct.shape} and valid "
-                     f"{valid.shape} must both be [T, B]")
-  w = valid.astype(jnp.float32)
-  a = jnp.sum(per_step_correct * w) / jnp.maximum(jnp.sum(w), 1.0)
-  whole = jnp.all(jnp.logical_or(per_step_correct, ~valid), axis=0)
-  return a, jnp.mean(whole.astype(jnp.float32))
-
-
-__all__ = ["PRM", "PrmFeature", "Shaper", "aggregate", "analytic_uniform_success", "bce", "compounding",
+__all__ = ["PRM", "PrmFeature", "Shaper", "aggregate", "analytic_uniform_success", "bce",
            "default_config", "demo_data", "demo_policy", "evaluate", "init_prm",
-           "make_shaper", "make_step_shaper", "mc_labels", "policy_mc_labels", "rerank",
+           "make_shaper", "make_step_shaper", "mc_labels", "policy_mc_labels",
            "run_episodes", "shaped_scores", "step_deltas", "train_prm", "uniform_policy",
            "validate_config"]

@@ -51,12 +51,40 @@ from credit_jax.experiments.prm import report as prm_report
 from credit_jax.experiments import report
 
 __all__ = [
-    "METRICS", "arms", "ci95", "default_config", "num_seeds", "part_a", "part_b",
-    "part_c", "part_d", "part_e", "ppo_config", "run", "steps_to", "validate_config",
+    "METRICS", "arms", "ci95", "compounding", "default_config", "num_seeds", "part_a",
+    "part_b", "part_c", "part_d", "part_e", "ppo_config", "rerank", "run", "steps_to",
+    "validate_config",
 ]
 
 METRICS = ("success", "prm_score", "step_accuracy", "prm_gap", "padding_frac",
            "surface_frac", "surface_wrong_frac", "prm_accuracy")
+
+
+def rerank(scores, success, n: int):
+  """Best-of-n: the success `[B]` of the sample that `scores: [B, K]` ranks first among
+  the first `n` of each row's K samples (ties: the first); `success: [B, K]` in {0, 1}
+  (or any per-sample value to read at the pick: its length, padding fraction, ...).
+  Scores = the outcome gives the verifier's pick, constant scores a random one."""
+  if scores.shape != success.shape or scores.ndim != 2 or not 1 <= n <= scores.shape[1]:
+    raise ValueError(f"scores {scores.shape} / success {success.shape} must be one [B, K] "
+                     f"with 1 <= n={n} <= K")
+  pick = jnp.argmax(scores[:, :n], axis=1)
+  return jnp.take_along_axis(success[:, :n], pick[:, None], axis=1)[:, 0]
+
+
+def compounding(per_step_correct, valid):
+  """Whole-trajectory judgement from per-step judgements `[T, B]` (bool, right or not).
+
+  Returns (per-step accuracy a [], fraction of trajectories judged right at every step
+  []), to compare the latter with a^T.
+  """
+  if per_step_correct.shape != valid.shape or per_step_correct.ndim != 2:
+    raise ValueError(f"per_step_correct {per_step_correct.shape} and valid "
+                     f"{valid.shape} must both be [T, B]")
+  w = valid.astype(jnp.float32)
+  a = jnp.sum(per_step_correct * w) / jnp.maximum(jnp.sum(w), 1.0)
+  whole = jnp.all(jnp.logical_or(per_step_correct, ~valid), axis=0)
+  return a, jnp.mean(whole.astype(jnp.float32))
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -221,7 +249,7 @@ def part_d(c, finals, log) -> Dict[str, Any]:
     rankers = {"PRM (demo)": demo, "PRM (retrained on policy)": score(prm_on),
                "PRM (demo), answered only": demo + 2.0 * answered,
                "verifier": ok, "random": jnp.zeros_like(ok)}
-    return {name: {f: jnp.stack([jnp.mean(prm.rerank(sc, v, int(n))) for n in c.rerank_N])
+    return {name: {f: jnp.stack([jnp.mean(rerank(sc, v, int(n))) for n in c.rerank_N])
                    for f, v in feats.items()} for name, sc in rankers.items()}
 
   s = int(c.seeds)
@@ -328,7 +356,7 @@ def part_c(c, log) -> Dict[str, Any]:
   valid = ho["valid"].reshape(t_max, n_ep)
   rows = []
   for t in c.compounding_T:
-    a, whole = prm.compounding(ok[:t], valid[:t])
+    a, whole = compounding(ok[:t], valid[:t])
     a, whole = float(a), float(whole)
     rows.append({"T": int(t), "a": a, "a^T": a ** t, "measured": whole,
                  "measured_se": float(np.sqrt(max(whole * (1 - whole), 0) / n_ep))})
