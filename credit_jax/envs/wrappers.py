@@ -5,7 +5,8 @@ Wrapper: the one base (module-level docstring of the class). Every wrapper in th
 derives from it (HistoryWrapper and DesiredGoalWrapper here, `PaddedChain` in
 credit_jax/experiments/bsuite/padded.py, `RetryWrapper` in credit_jax/addons/critique.py,
 `StepStateWrapper` in credit_jax/addons/step_states.py, `SubgoalWrapper` in
-credit_jax/algos/hierarchy.py) and overrides only what it changes.
+credit_jax/algos/hierarchy.py, `OracleFeatureWrapper` in credit_jax/algos/ppo_agent.py)
+and overrides only what it changes.
 
 HistoryWrapper: observations become a window of the last `W` observations. Memory for
 policies under the rollout engine's `policy_fn(params, obs, key)` contract, which has no
