@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 from credit_jax.algos import ConfigError
-from credit_jax.experiments import horizon, report
-from credit_jax.experiments.horizon import (methods as horizon_methods,
-                                            report as horizon_report)
+from credit_jax.experiments import horizon, methods as horizon_methods, report
+from credit_jax.experiments.horizon import report as horizon_report
 from config_files import load_config
 
 

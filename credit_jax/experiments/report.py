@@ -112,3 +112,28 @@ def compile_and_run(fn: Callable, *args) -> Tuple[Any, float, float]:
   out = jax.device_get(compiled(*args))
   return out, compile_s, watch.lap()
 
+
+def updates_to_level(success, level: float, smooth: int):
+  """Updates each seed needed to reach `level`, censored at the number of updates run.
+
+  Args:
+    success: [U, S] per-update success of S seeds.
+    level: the level; smooth: updates averaged (a trailing mean over the last `smooth`
+      updates; the first `smooth - 1` updates average what there is).
+  Returns:
+    `(updates [S] int, censored [S] bool)`: the 1-based count of updates after which the
+    trailing mean first reached `level`; U and True for a seed that never did.
+  """
+  y = np.asarray(success, np.float64)
+  if y.ndim != 2 or y.shape[0] < 1:
+    raise ValueError(f"success must be [U, S] with U >= 1, got shape {y.shape}")
+  if int(smooth) < 1:
+    raise ValueError(f"smooth must be >= 1, got {smooth}")
+  c = np.cumsum(np.concatenate([np.zeros((1, y.shape[1])), y]), axis=0)   # [U + 1, S]
+  u = np.arange(1, y.shape[0] + 1)
+  lo = np.maximum(u - int(smooth), 0)
+  mean = (c[u] - c[lo]) / (u - lo)[:, None]                                # [U, S]
+  hit = mean >= float(level) - 1e-9   # a trailing mean of exact hits may round below
+  first = np.argmax(hit, axis=0) + 1
+  reached = hit.any(axis=0)
+  return np.where(reached, first, y.shape[0]).astype(int), ~reached

@@ -25,7 +25,7 @@ import numpy as np
 
 from credit_jax.experiments import report
 from credit_jax.experiments.bsuite import scoring, specs
-from credit_jax.experiments.horizon import methods as horizon_methods
+from credit_jax.experiments import methods as horizon_methods
 
 
 def cumulative(record: dict) -> Dict[str, np.ndarray]:

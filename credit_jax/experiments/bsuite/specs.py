@@ -26,7 +26,7 @@ Experiments (bsuite's sweeps: `scoring.SWEEPS`):
 
 Methods: "dqn" (credit_jax/algos/dqn.py without relabeling, bsuite's DQN settings
 where they fit a cycle of whole episodes: `dqn_config`), and (names as in
-credit_jax/experiments/horizon/methods.py) "reinforce",
+credit_jax/experiments/methods.py) "reinforce",
 "reinforce_rtg", "grpo_k<K>", "ppo_<critic>_g<gamma>_l<lambda>" with critic "mlp"
 (MLP actor-critic), "gru" (GRU actor-critic, `network.kind = "gru"`) or "hist" (MLP
 actor, GRU critic); a "_gru" suffix on a REINFORCE or GRPO name ("grpo_k5_gru") gives
@@ -49,7 +49,7 @@ from credit_jax.algos import dqn
 from credit_jax.config import ConfigError
 from credit_jax.envs import bsuite as bsuite_envs
 from credit_jax.experiments.bsuite import padded
-from credit_jax.experiments.horizon import methods as horizon_methods
+from credit_jax.experiments import methods as horizon_methods
 
 EXPERIMENTS = ("umbrella_length", "umbrella_distract", "memory_len", "memory_size",
                "discounting_chain", "discounting_chain_long")

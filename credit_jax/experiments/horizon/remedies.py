@@ -32,7 +32,7 @@ PRM shaping is not on this axis; summary.md says why (`remedies_report.PRM_NOTE`
 Measures (per part, T, arm; 95% t-intervals over seeds, `report.t_interval`): success
 against env steps and against updates (figures `<part>.png`: a column per T, env steps
 above, updates below); env steps and updates to `level` (the first point whose trailing
-mean over `smooth` points reaches it, `horizon.updates_to_level`; a seed that never gets
+mean over `smooth` points reaches it, `report.updates_to_level`; a seed that never gets
 there is censored at what it ran, a lower bound marked ">="); success at equal env steps
 (the smallest final env-step count of any arm and seed of that T) and at equal updates
 (the fewest updates any arm of that T ran). Success is the sampled policy's on each
@@ -59,7 +59,7 @@ from credit_jax.algos import ConfigError, grpo_relabel, make_train, search_then_
 from credit_jax.algos import validate_config as validate_recipe
 from credit_jax.experiments import curriculum as curriculum_exp
 from credit_jax.experiments import horizon, report
-from credit_jax.experiments.horizon import methods as horizon_methods
+from credit_jax.experiments import methods as horizon_methods
 from credit_jax.experiments.horizon import remedies_report as rep
 
 PARTS = ("relabel", "search", "curriculum")

@@ -13,7 +13,7 @@ from typing import Dict
 
 import numpy as np
 
-from credit_jax.experiments import horizon, report
+from credit_jax.experiments import report
 
 TITLES = {"relabel": "GoalGrid (side T/3, every cell a goal):\nGRPO + hindsight relabeling",
           "search": "KeyChain: search-then-train vs GRPO\n(same K, and K sized to the "
@@ -64,7 +64,7 @@ def arm_stats(curve: dict, level: float, budget_steps: float, budget_updates: in
   y = np.asarray(curve["success"], np.float64)
   steps = np.asarray(curve["env_steps"], np.float64)
   updates = np.asarray(curve["updates"], np.float64)
-  idx, cen = horizon.updates_to_level(y, level, curve["smooth"])
+  idx, cen = report.updates_to_level(y, level, curve["smooth"])
   seeds = np.arange(y.shape[1])
   to_steps = steps[idx - 1, seeds]
   return {"seeds": int(y.shape[1]), "reached": int((~cen).sum()),

@@ -59,9 +59,9 @@ from credit_jax.addons import gae_probe
 from credit_jax import nets, rollout
 from credit_jax.algos import ConfigError, train as train_lib, make_train
 from credit_jax.algos import validate_config as validate_recipe
-from credit_jax.experiments.horizon import (methods as horizon_methods,
-                                            report as horizon_report)
-from credit_jax.experiments import report
+from credit_jax.experiments import methods as horizon_methods, report
+from credit_jax.experiments.horizon import report as horizon_report
+from credit_jax.experiments.report import updates_to_level
 
 __all__ = [
     "cell_budget", "cell_result", "choose_lrs", "default_config", "evaluate_at",
@@ -155,32 +155,6 @@ def validate_config(config) -> None:
         validate_recipe(horizon_methods.recipe_config(m, int(t), config, 1e-3, 1))
       except ConfigError as e:
         raise ConfigError(f"config.methods: {m} at T={t}: {e}") from e
-
-
-def updates_to_level(success, level: float, smooth: int):
-  """Updates each seed needed to reach `level`, censored at the number of updates run.
-
-  Args:
-    success: [U, S] per-update success of S seeds.
-    level: the level; smooth: updates averaged (a trailing mean over the last `smooth`
-      updates; the first `smooth - 1` updates average what there is).
-  Returns:
-    `(updates [S] int, censored [S] bool)`: the 1-based count of updates after which the
-    trailing mean first reached `level`; U and True for a seed that never did.
-  """
-  y = np.asarray(success, np.float64)
-  if y.ndim != 2 or y.shape[0] < 1:
-    raise ValueError(f"success must be [U, S] with U >= 1, got shape {y.shape}")
-  if int(smooth) < 1:
-    raise ValueError(f"smooth must be >= 1, got {smooth}")
-  c = np.cumsum(np.concatenate([np.zeros((1, y.shape[1])), y]), axis=0)   # [U + 1, S]
-  u = np.arange(1, y.shape[0] + 1)
-  lo = np.maximum(u - int(smooth), 0)
-  mean = (c[u] - c[lo]) / (u - lo)[:, None]                                # [U, S]
-  hit = mean >= float(level) - 1e-9   # a trailing mean of exact hits may round below
-  first = np.argmax(hit, axis=0) + 1
-  reached = hit.any(axis=0)
-  return np.where(reached, first, y.shape[0]).astype(int), ~reached
 
 
 def _chunk_programs(train, chunk: int):

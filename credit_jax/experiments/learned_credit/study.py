@@ -24,7 +24,7 @@ Methods, every one a recipe of credit_jax/algos with the registry's features
 baseline), "rudder" (REINFORCE on the redistributed rewards), "rudder_ppo" (PPO on whole
 episodes, `rollout = "episodes"`, + GAE over them, lambda 0.95, 2 full-batch epochs),
 "hca", "cocoa" (REINFORCE with their credit), "grpo_k8" and "ppo_mlp_g1_l0.95" (configured
-as the horizon study configures them, `experiments/horizon/methods.py`).
+as the horizon study configures them, `experiments/methods.py`).
 """
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ from credit_jax import envs, nets, rollout, stats
 from credit_jax.addons import hindsight_credit, rudder
 from credit_jax.algos import make_train as recipe_train, ppo, reinforce, train as train_lib
 from credit_jax.experiments import report
-from credit_jax.experiments.horizon import methods as horizon_methods
-from credit_jax.experiments.horizon.study import updates_to_level
+from credit_jax.experiments import methods as horizon_methods
+from credit_jax.experiments.report import updates_to_level
 from credit_jax.experiments.learned_credit import probe as learned_probe
 
 __all__ = ["METHODS", "cell_config", "default_config", "episode_success", "evaluate",

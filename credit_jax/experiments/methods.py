@@ -1,4 +1,6 @@
-"""The methods of the horizon study (credit_jax/experiments/horizon/study.py) as recipe configs.
+"""Method names as recipe configs, shared by the studies that compare recipes on KeyChain-v0
+and bsuite's chains: the horizon study (experiments/horizon/), bsuite (experiments/bsuite/)
+and learned credit (experiments/learned_credit/).
 
 A method is a name; `recipe_config(name, horizon, spec)` turns it into the config of a
 recipe in `credit_jax/algos/` training on KeyChain-v0 (T = `horizon`, k pivotal steps,
