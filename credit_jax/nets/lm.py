@@ -59,36 +59,36 @@ def _dense(features: int, scale: float = 1.0) -> nn.Dense:
                   bias_init=nn.initializers.zeros)
 
 
-class Trunk(nn.Module):
-  """Token embedding and `num_layers` pre-LN causal attention blocks (no heads)."""
-  vocab_size: int
-  d_model: int
-  num_heads: int
-  num_layers: int
-  mlp_ratio: int
+class Blocks:
+  """Pre-LN causal attention blocks with a GELU MLP, mixed into the flax modules that hold
+  them (`Trunk` here, `sequence.TransformerActorCritic`): the module defines `d_model`,
+  `num_heads`, `num_layers` and `mlp_ratio` and calls `make_blocks` in its `setup`."""
 
-  def setup(self):
+  def make_blocks(self, dense, residual_scale: float, mlp_in_scale: float = 1.0):
+    """Layers `ln_attn`, `qkv`, `attn_out`, `ln_mlp`, `mlp_in`, `mlp_out` (one per block)
+    and `ln_final`; `dense(features, scale)` makes each projection, the residual ones
+    (attention and MLP outputs) at `residual_scale`, the MLP's input at `mlp_in_scale`."""
     d, n = self.d_model, self.num_layers
-    self.embed = nn.Embed(self.vocab_size, d,
-                          embedding_init=nn.initializers.normal(0.02))
     self.ln_attn = [nn.LayerNorm() for _ in range(n)]
-    self.qkv = [_dense(3 * d) for _ in range(n)]
-    # Residual projections scaled down with depth (GPT-2's initialisation).
-    self.attn_out = [_dense(d, 1.0 / np.sqrt(2 * n)) for _ in range(n)]
+    self.qkv = [dense(3 * d, 1.0) for _ in range(n)]
+    self.attn_out = [dense(d, residual_scale) for _ in range(n)]
     self.ln_mlp = [nn.LayerNorm() for _ in range(n)]
-    self.mlp_in = [_dense(self.mlp_ratio * d) for _ in range(n)]
-    self.mlp_out = [_dense(d, 1.0 / np.sqrt(2 * n)) for _ in range(n)]
+    self.mlp_in = [dense(self.mlp_ratio * d, mlp_in_scale) for _ in range(n)]
+    self.mlp_out = [dense(d, residual_scale) for _ in range(n)]
     self.ln_final = nn.LayerNorm()
 
   @property
   def head_dim(self) -> int:
     return self.d_model // self.num_heads
 
-  def project(self, layer: int, x: Array, positions: Array):
-    """x [..., d] at positions [...] -> q, k, v [..., H, dh] (q and k rotated)."""
+  def project(self, layer: int, x: Array, positions=None):
+    """x [..., d] -> q, k, v [..., H, dh]; q and k rotated by `positions [...]` (None:
+    not rotated)."""
     qkv = self.qkv[layer](self.ln_attn[layer](x))
     qkv = qkv.reshape(x.shape[:-1] + (3, self.num_heads, self.head_dim))
     q, k, v = qkv[..., 0, :, :], qkv[..., 1, :, :], qkv[..., 2, :, :]
+    if positions is None:
+      return q, k, v
     return _rotary(q, positions), _rotary(k, positions), v
 
   def attend(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
@@ -100,6 +100,36 @@ class Trunk(nn.Module):
   def finish(self, layer: int, x: Array, attended: Array) -> Array:
     x = x + self.attn_out[layer](attended.reshape(x.shape))
     return x + self.mlp_out[layer](nn.gelu(self.mlp_in[layer](self.ln_mlp[layer](x))))
+
+  def cached_step(self, keys: Array, values: Array, slot: Array, mask: Array, x: Array,
+                  positions=None):
+    """One token `x [d]` through every block against the cache `keys`/`values`
+    [layers, M, H, dh], its own key and value written at `slot` first; `mask [1, M]`: the
+    slots it sees. `(keys, values, hidden [d])`, the hidden state before `ln_final`."""
+    new_k, new_v = [], []
+    for layer in range(self.num_layers):
+      q, k, v = self.project(layer, x, positions)                        # [H, dh]
+      ks = jax.lax.dynamic_update_index_in_dim(keys[layer], k, slot, 0)
+      vs = jax.lax.dynamic_update_index_in_dim(values[layer], v, slot, 0)
+      x = self.finish(layer, x, self.attend(q[None], ks, vs, mask)[0])
+      new_k.append(ks)
+      new_v.append(vs)
+    return jnp.stack(new_k), jnp.stack(new_v), x
+
+
+class Trunk(Blocks, nn.Module):
+  """Token embedding and `num_layers` pre-LN causal attention blocks (no heads)."""
+  vocab_size: int
+  d_model: int
+  num_heads: int
+  num_layers: int
+  mlp_ratio: int
+
+  def setup(self):
+    self.embed = nn.Embed(self.vocab_size, self.d_model,
+                          embedding_init=nn.initializers.normal(0.02))
+    # Residual projections scaled down with depth (GPT-2's initialisation).
+    self.make_blocks(_dense, 1.0 / np.sqrt(2 * self.num_layers))
 
   def __call__(self, tokens: Array) -> Array:
     """tokens [T] -> final hidden states [T, d] under a causal mask (positions 0..T-1)."""
@@ -115,18 +145,10 @@ class Trunk(nn.Module):
     """One token at position t against the cache `keys`/`values` [layers, M, H, dh]:
     `(keys, values, hidden [d])`."""
     m = keys.shape[1]
-    slot = jnp.minimum(t, m - 1)
     mask = (jnp.arange(m) <= t)[None]                                    # [1, M]
-    x = self.embed(token)
-    new_k, new_v = [], []
-    for layer in range(self.num_layers):
-      q, k, v = self.project(layer, x, t)                                # [H, dh]
-      ks = jax.lax.dynamic_update_index_in_dim(keys[layer], k, slot, 0)
-      vs = jax.lax.dynamic_update_index_in_dim(values[layer], v, slot, 0)
-      x = self.finish(layer, x, self.attend(q[None], ks, vs, mask)[0])
-      new_k.append(ks)
-      new_v.append(vs)
-    return jnp.stack(new_k), jnp.stack(new_v), self.ln_final(x)
+    keys, values, x = self.cached_step(keys, values, jnp.minimum(t, m - 1), mask,
+                                       self.embed(token), t)
+    return keys, values, self.ln_final(x)
 
 
 class TokenLM(nn.Module):

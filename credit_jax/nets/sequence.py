@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from credit_jax.nets import gru, initializers
+from credit_jax.nets import gru, initializers, lm
 from credit_jax import nets
 from credit_jax.types import SequencePolicy
 
@@ -151,7 +151,7 @@ def _sinusoid(time: Array, dim: int) -> Array:
   return jnp.pad(enc, [(0, 0)] * (enc.ndim - 1) + [(0, dim - 2 * half)])
 
 
-class TransformerActorCritic(nn.Module):
+class TransformerActorCritic(lm.Blocks, nn.Module):
   """Causal transformer policy logits and value with a fixed `max_len`-slot KV cache.
 
   Carry (one environment): `{"k", "v": [num_layers, max_len, num_heads, head_dim],
@@ -171,21 +171,10 @@ class TransformerActorCritic(nn.Module):
     if self.d_model % self.num_heads:
       raise ValueError(f"d_model={self.d_model} must be divisible by "
                        f"num_heads={self.num_heads}")
-    d = self.d_model
-    self.embed = _dense(d, 1.0)
-    self.ln_attn = [nn.LayerNorm() for _ in range(self.num_layers)]
-    self.qkv = [_dense(3 * d, 1.0) for _ in range(self.num_layers)]
-    self.attn_out = [_dense(d, 1.0) for _ in range(self.num_layers)]
-    self.ln_mlp = [nn.LayerNorm() for _ in range(self.num_layers)]
-    self.mlp_in = [_dense(self.mlp_ratio * d, np.sqrt(2.0)) for _ in range(self.num_layers)]
-    self.mlp_out = [_dense(d, 1.0) for _ in range(self.num_layers)]
-    self.ln_final = nn.LayerNorm()
+    self.embed = _dense(self.d_model, 1.0)
+    self.make_blocks(_dense, 1.0, np.sqrt(2.0))
     self.pi_head = _dense(self.num_actions, 0.01)
     self.v_head = _dense(1, 1.0)
-
-  @property
-  def head_dim(self) -> int:
-    return self.d_model // self.num_heads
 
   def initial_carry(self) -> Any:
     shape = (self.num_layers, self.max_len, self.num_heads, self.head_dim)
@@ -197,25 +186,9 @@ class TransformerActorCritic(nn.Module):
     x = _token(obs, prev_action, prev_reward, self.num_actions, self.obs_rank)
     return self.embed(x) + _sinusoid(time, self.d_model)
 
-  def _qkv(self, layer, x):
-    qkv = self.qkv[layer](self.ln_attn[layer](x))
-    qkv = qkv.reshape(x.shape[:-1] + (3, self.num_heads, self.head_dim))
-    return qkv[..., 0, :, :], qkv[..., 1, :, :], qkv[..., 2, :, :]
-
-  def _finish_block(self, layer, x, attended):
-    x = x + self.attn_out[layer](attended.reshape(x.shape))
-    h = nn.gelu(self.mlp_in[layer](self.ln_mlp[layer](x)))
-    return x + self.mlp_out[layer](h)
-
   def _heads(self, x):
     x = self.ln_final(x)
     return self.pi_head(x), self.v_head(x)[..., 0]
-
-  def _attend(self, q, k, v, mask):
-    """q [N, H, dh], k/v [S, H, dh], mask [N, S] -> [N, H, dh]."""
-    scores = jnp.einsum("nhd,shd->hns", q, k) / np.sqrt(self.head_dim).astype(np.float32)
-    scores = jnp.where(mask[None], scores, jnp.finfo(jnp.float32).min)
-    return jnp.einsum("hns,shd->nhd", jax.nn.softmax(scores, axis=-1), v)
 
   def step(self, carry, obs, prev_action, prev_reward):
     """One token of one environment: `(carry, logits [A], value [])`."""
@@ -224,17 +197,9 @@ class TransformerActorCritic(nn.Module):
     time = jax.lax.dynamic_update_index_in_dim(carry["time"], t, slot, 0)
     x = self._embed(obs, prev_action, prev_reward, t)                     # [d]
     mask = (time >= 0)[None]                                               # [1, M]
-    keys, values = [], []
-    for layer in range(self.num_layers):
-      q, k, v = self._qkv(layer, x)                                        # [H, dh]
-      ks = jax.lax.dynamic_update_index_in_dim(carry["k"][layer], k, slot, 0)
-      vs = jax.lax.dynamic_update_index_in_dim(carry["v"][layer], v, slot, 0)
-      x = self._finish_block(layer, x, self._attend(q[None], ks, vs, mask)[0])
-      keys.append(ks)
-      values.append(vs)
+    keys, values, x = self.cached_step(carry["k"], carry["v"], slot, mask, x)
     logits, value = self._heads(x)
-    carry = {"k": jnp.stack(keys), "v": jnp.stack(values), "time": time, "t": t + 1}
-    return carry, logits, value
+    return {"k": keys, "v": values, "time": time, "t": t + 1}, logits, value
 
   def sequence(self, carry, obs, prev_actions, prev_rewards, starts, final=None):
     """`T` tokens of one environment after `carry`; see `unroll`."""
@@ -267,10 +232,10 @@ class TransformerActorCritic(nn.Module):
     mask = (k_valid[None] & (k_ep[None] == q_ep[:, None])
             & (k_time[None] > q_time[:, None] - m) & (regular | own))     # [N, M + N]
     for layer in range(self.num_layers):
-      q, k, v = self._qkv(layer, x)                                        # [N, H, dh]
+      q, k, v = self.project(layer, x)                                     # [N, H, dh]
       ks = jnp.concatenate([carry["k"][layer], k])
       vs = jnp.concatenate([carry["v"][layer], v])
-      x = self._finish_block(layer, x, self._attend(q, ks, vs, mask))
+      x = self.finish(layer, x, self.attend(q, ks, vs, mask))
     logits, values = self._heads(x)
     if final is None:
       return logits, values, None
