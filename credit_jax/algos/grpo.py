@@ -297,6 +297,25 @@ def optimise(loss_fn, state, aux, data, hp, k_perm, *, anneal_lr: bool, num_upda
   return params, opt_state, metrics, lr
 
 
+def weighted_optimise(network, state, data, hp, k_perm, config, optimizer, originals):
+  """`optimise` for the recipes that add weighted examples to GRPO's groups
+  (`grpo_relabel`, `search_then_train`: no reference KL, a token mean): the clipped
+  surrogate minus an entropy bonus of `losses.weighted_clipped_policy_loss` under the MLP
+  `network`. `data` holds `obs`, `actions`, `log_probs`, `advantages` and `weights`, axis 1
+  the tasks; `originals(weights)`: the weights of the sampled examples, whose sum
+  normalises the loss. Returns (params, opt_state, metrics, lr)."""
+  def loss_fn(params, mb, _, hp):
+    logits, _ = network.apply(params, mb["obs"])
+    w = mb["weights"]
+    return losses.weighted_clipped_policy_loss(
+        nets.categorical_log_prob(logits, mb["actions"]), mb["log_probs"],
+        mb["advantages"], nets.categorical_entropy(logits), w, jnp.sum(originals(w)),
+        hp["clip_eps"], hp["ent_coef"])
+  return optimise(loss_fn, state, {}, data, hp, k_perm, anneal_lr=bool(config.anneal_lr),
+                  num_updates=int(config.num_updates), num_epochs=int(config.update_epochs),
+                  num_minibatches=int(config.num_minibatches), optimizer=optimizer)
+
+
 def episode_metrics(valid, returns, lr):
   """`lr`, mean episode `return` and mean `episode_length` of a group rollout, all `[]`:
   `valid [T, N, K]`, `returns [N, K]`, `lr []`."""

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from credit_jax import baselines, envs, nets, relabel, rollout
-from credit_jax.algos import dqn, grpo, losses, train as train_lib
+from credit_jax.algos import dqn, grpo, train as train_lib
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "relabel_weight",
            "relabel_threshold", "relabel_ramp", "rho_clip", "importance_weighted")
@@ -119,7 +119,6 @@ def make_train(config, features=()) -> train_lib.Train:
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)
   policy_fn = nets.make_policy_fn(network)
   num_tasks, group, horizon = int(config.num_tasks), int(config.group_size), int(config.horizon)
-  n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
   n_updates, optimizer = int(config.num_updates), train_lib.make_optimizer(config)
   kind = str(config.advantage)
   strategy, num_goals = str(config.relabel_strategy), int(config.relabel_goals)
@@ -129,19 +128,6 @@ def make_train(config, features=()) -> train_lib.Train:
     return train_lib.init_train_state(network, key, obs_shape, hp, optimizer,
                                    lambda params: {"success_ema": jnp.zeros(())})
 
-  def log_probs_of(params, obs, actions):
-    logits, _ = network.apply(params, obs)
-    return logits, nets.categorical_log_prob(logits, actions)
-
-  def loss_fn(params, mb, hp):
-    logits, log_probs = log_probs_of(params, mb["obs"], mb["actions"])
-    # Normalised by the number of real (original) valid steps, so relabeled examples
-    # add gradient on top of GRPO's instead of diluting it.
-    w = mb["weights"]
-    return losses.weighted_clipped_policy_loss(
-        log_probs, mb["log_probs"], mb["advantages"], nets.categorical_entropy(logits),
-        w, jnp.sum(w[..., 0]), hp["clip_eps"], hp["ent_coef"])
-
   def relabeled_examples(state, traj, returns, key, weight, hp):
     """Relabeled episodes [T, N, K, m] of the failed members: obs, actions, log-probs
     under the new goal, advantages and weights, plus their metrics."""
@@ -149,7 +135,8 @@ def make_train(config, features=()) -> train_lib.Train:
     rel = jax.tree.map(lambda x: x[:, :, :, 1:], out.traj)              # [T, N, K, m]
     valid = jnp.logical_and(rel.valid, (returns <= 0)[None, :, :, None])
     # Re-evaluation: the behaviour policy (these params collected traj) under g'.
-    _, log_probs_new = log_probs_of(state.params, rel.obs, rel.actions)
+    log_probs_new = nets.categorical_log_prob(network.apply(state.params, rel.obs)[0],
+                                              rel.actions)
     ret_new = jnp.sum(jnp.where(valid, rel.rewards, 0.0), axis=0)       # [N, K, m]
     # Baseline: the task's real success rate in this group.
     adv = ret_new - jnp.mean(returns, axis=1)[:, None, None]
@@ -189,10 +176,10 @@ def make_train(config, features=()) -> train_lib.Train:
     rel_data, rel_metrics = relabeled_examples(state, traj, returns, k_rel, weight, hp)
     data = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=3), data, rel_data)
     # Minibatches split the task axis (axis 1), so groups and their relabels stay whole.
-    params, opt_state, metrics, lr = grpo.optimise(
-        lambda p, mb, _, hp: loss_fn(p, mb, hp), state, {}, data, hp, k_perm,
-        anneal_lr=bool(config.anneal_lr), num_updates=n_updates, num_epochs=n_epochs,
-        num_minibatches=n_mb, optimizer=optimizer)
+    # Normalised by the number of real (original) valid steps, so relabeled examples
+    # add gradient on top of GRPO's instead of diluting it.
+    params, opt_state, metrics, lr = grpo.weighted_optimise(
+        network, state, data, hp, k_perm, config, optimizer, lambda w: w[..., 0])
     metrics.update({**rel_metrics, **grpo.episode_metrics(valid, returns, lr),
                     "success": success, "success_ema": ema, "relabel_weight": weight,
                     "degenerate_frac": jnp.mean(degenerate.astype(jnp.float32))})

@@ -45,7 +45,7 @@ import ml_collections
 from credit_jax import baselines
 from credit_jax import nets, rollout
 from credit_jax import search as search_lib
-from credit_jax.algos import grpo, losses, train as train_lib
+from credit_jax.algos import grpo, train as train_lib
 from credit_jax import episodes
 
 HPARAMS = ("lr", "clip_eps", "ent_coef", "max_grad_norm", "search_weight",
@@ -123,7 +123,6 @@ def make_train(config, features=()) -> train_lib.Train:
   network, obs_shape = train_lib.make_network(config, env, env_params, value_head=False)
   policy_fn = nets.make_policy_fn(network)
   num_tasks, group, horizon = int(config.num_tasks), int(config.group_size), int(config.horizon)
-  n_mb, n_epochs = int(config.num_minibatches), int(config.update_epochs)
   n_updates, optimizer = int(config.num_updates), train_lib.make_optimizer(config)
   with_success = episodes.has_success(config)
   kind = str(config.advantage)
@@ -144,17 +143,6 @@ def make_train(config, features=()) -> train_lib.Train:
 
   def init_fn(key, hp):
     return train_lib.init_train_state(network, key, obs_shape, hp, optimizer)
-
-  def log_probs_of(params, obs, actions):
-    logits, _ = network.apply(params, obs)
-    return logits, nets.categorical_log_prob(logits, actions)
-
-  def loss_fn(params, mb, hp):
-    logits, log_probs = log_probs_of(params, mb["obs"], mb["actions"])
-    w = mb["weights"]                                  # [T, n, K + 1]
-    return losses.weighted_clipped_policy_loss(
-        log_probs, mb["log_probs"], mb["advantages"], nets.categorical_entropy(logits),
-        w, jnp.sum(w[..., :group]), hp["clip_eps"], hp["ent_coef"])  # / valid sampled steps
 
   def searched_member(params, key, obs0, states0, failed, update, hp):
     """Member K+1 of every task: the searched episode where search found a success."""
@@ -228,14 +216,13 @@ def make_train(config, features=()) -> train_lib.Train:
             "advantages": jnp.broadcast_to(adv[None], all_valid.shape),
             "weights": weights}
     # Minibatches split the task axis (axis 1), so every group stays whole.
-    params, opt_state, metrics, lr = grpo.optimise(
-        lambda p, mb, _, hp: loss_fn(p, mb, hp), state, {}, data, hp, k_perm,
-        anneal_lr=bool(config.anneal_lr), num_updates=n_updates, num_epochs=n_epochs,
-        num_minibatches=n_mb, optimizer=optimizer)
+    params, opt_state, metrics, lr = grpo.weighted_optimise(   # / valid sampled steps
+        network, state, data, hp, k_perm, config, optimizer, lambda w: w[..., :group])
     metrics.update(search_metrics)
     # How far the update moved the policy towards the searched episodes.
     found = per_task["found"]
-    _, logp_after = log_probs_of(params, member["obs"], member["actions"])
+    logp_after = nets.categorical_log_prob(logits_fn(params, member["obs"]),
+                                           member["actions"])
     logp_after = jnp.where(member["valid"], logp_after, 0.0).sum(0)    # [N]
     metrics["searched_logp_episode_after"] = (
         jnp.sum(jnp.where(found, logp_after, 0.0)) / jnp.maximum(jnp.sum(found), 1))
