@@ -10,7 +10,6 @@ lowering, sets no environment variable or XLA flag and runs no JAX computation. 
 fast paths are opt-in: `cj.fast_paths.enable()` (see credit_jax/fast_paths.py).
 """
 import importlib as _importlib
-import warnings as _warnings
 
 __version__ = "0.1.0"
 
@@ -47,42 +46,12 @@ def configure_process(num_seeds=None, **kwargs):
   return launch.configure_process(num_seeds, **kwargs)
 
 
-# Module names of the flat layout before the layer folders, kept for one release so
-# research forks that wrote `cj.networks.ActorCritic` keep working (with a warning).
-_MOVED = {
-    "networks": "credit_jax.nets.mlp",
-    "sequence_networks": "credit_jax.nets.sequence",
-    "gru": "credit_jax.nets.gru",
-    "prm_model": "credit_jax.nets.prm",
-    "curriculum": "credit_jax.addons.curriculum",
-    "prm": "credit_jax.addons.prm",
-    "prm_labels": "credit_jax.addons.prm_labels",
-    "critique": "credit_jax.addons.critique",
-    "memory": "credit_jax.experiments.critique.memory",
-    "gae_gradient": "credit_jax.addons.gae_probe",
-    "run": "credit_jax.runtime.run",
-    "launch": "credit_jax.runtime.launch",
-    "checkpoint": "credit_jax.runtime.checkpoint",
-    "metrics": "credit_jax.runtime.metrics",
-    "watchdog": "credit_jax.runtime.watchdog",
-    "interrupts": "credit_jax.runtime.interrupts",
-    "workdir": "credit_jax.runtime.workdir",
-    "parallel": "credit_jax.runtime.parallel",
-    # "hindsight" names HCA's learned credit only (addons/hindsight_credit.py)
-    "hindsight": "credit_jax.relabel",
-}
-
-
 def __getattr__(name):
   if name in _HOME:
     module = _importlib.import_module(_HOME[name])
     value = module if name in _SUBMODULES else getattr(module, name)
     globals()[name] = value           # later lookups skip __getattr__
     return value
-  if name in _MOVED:
-    _warnings.warn(f"credit_jax.{name} moved to {_MOVED[name]}; the old name goes in the "
-                   f"next release", DeprecationWarning, stacklevel=2)
-    return _importlib.import_module(_MOVED[name])
   raise AttributeError(f"module 'credit_jax' has no attribute {name!r}")
 
 
