@@ -39,15 +39,18 @@ ARRANGEMENTS = [("tabular", "same", False), ("gru", "same", False),
 
 @pytest.mark.parametrize("kind,critic,oracle", ARRANGEMENTS)
 def test_every_network_and_critic_reaches_the_estimator_slot(kind, critic, oracle):
+  # Hyperparameters passed as arguments to both programs, so that the runs at weight 1 and
+  # 0 share one compile.
   key = jax.random.PRNGKey(0)
-  plain_state, _ = jax.jit(ppo.make_train(_config(kind, critic, oracle)))(key)
+  plain = ppo.make_train(_config(kind, critic, oracle))
+  plain_state, _ = jax.jit(plain)(key, plain.default_hparams)
   c = _config(kind, critic, oracle)
   c.scaled = ml_collections.ConfigDict({"enabled": True, "weight": 1.0})
   SEEN.clear()
   train = ppo.make_train(c, features=(Scaled(),))
   assert SEEN and SEEN[-1].policy is not None and SEEN[-1].recipe is ppo.RECIPE
   run = jax.jit(train)
-  state, _ = run(key)
+  state, _ = run(key, train.default_hparams)
   jax.tree.map(np.testing.assert_array_equal, state.params, plain_state.params)
   zero = {**train.default_hparams, "scaled.weight": jnp.float32(0.0)}
   zeroed, _ = run(key, zero)
