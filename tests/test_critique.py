@@ -173,9 +173,9 @@ def test_retry_rollout_with_a_critique_following_policy(critic, expect_last):
 def test_retry_wrapper_on_a_goal_environment(name, kwargs, steps):
   env, p = envs.make(name, **kwargs)
   w = critique.RetryWrapper(env, attempts=2, critic="none", max_attempt_steps=steps)
-  traj = rollout.collect_episodes(w, w.default_params,
-                                  rollout.uniform_random_policy(env.num_actions),
-                                  None, jax.random.key(9), 64, w.horizon)
+  traj = jax.jit(lambda k: rollout.collect_episodes(
+      w, w.default_params, rollout.uniform_random_policy(env.num_actions), None, k, 64,
+      w.horizon))(jax.random.key(9))
   per = np.asarray(ct.attempt_success(traj, 2))
   ret = np.asarray(jnp.sum(traj.rewards * traj.valid, 0))
   np.testing.assert_allclose(ret, per.max(0))   # an episode succeeds iff an attempt does
@@ -214,13 +214,14 @@ def test_learned_critic_beats_chance_and_fits_the_wrapper():
   params, losses = jax.jit(lambda k: ct.train_critic(env, p, k, 150, batch=128))(
       jax.random.key(11))
   assert float(losses[-1]) < 0.5 * float(losses[0])
-  step_acc, both_acc = ct.localisation_accuracy(env, p, params, jax.random.key(12), 512)
+  step_acc, both_acc = jax.jit(lambda k: ct.localisation_accuracy(env, p, params, k, 512))(
+      jax.random.key(12))
   # Chance: 2 pivotal steps among 6 (+ "none"); a fitted critic names the right one.
   assert float(step_acc) > 0.6 and float(both_acc) > 0.5
   w = critique.RetryWrapper(env, attempts=2, critic=ct.learned_critic)
   wp = critique.RetryParams(inner=p, critic_params=params)
-  traj = rollout.collect_episodes(w, wp, _follow_critique(4), None, jax.random.key(13),
-                                  128, w.horizon)
+  traj = jax.jit(lambda k: rollout.collect_episodes(
+      w, wp, _follow_critique(4), None, k, 128, w.horizon))(jax.random.key(13))
   cum = np.asarray(ct.cumulative_success(ct.attempt_success(traj, 2))).mean(1)
   assert cum[1] > cum[0] + 0.1     # its critiques fix steps, as the oracle's do
 
@@ -268,8 +269,8 @@ def test_bitflip_oracle_hand_made_and_retries():
   np.testing.assert_allclose(crit([0, 1, 1, 2], n=1), critique.NO_CRITIQUE)
   # A critique-following policy with the BitFlip oracle solves within n + 1 attempts.
   w = critique.RetryWrapper(env, attempts=5, critic="bitflip_oracle")
-  traj = rollout.collect_episodes(w, w.default_params, _follow_critique(4), None,
-                                  jax.random.key(15), 64, w.horizon)
+  traj = jax.jit(lambda k: rollout.collect_episodes(
+      w, w.default_params, _follow_critique(4), None, k, 64, w.horizon))(jax.random.key(15))
   cum = np.asarray(ct.cumulative_success(ct.attempt_success(traj, 5))).mean(1)
   assert cum[-1] > cum[0] + 0.3
 
