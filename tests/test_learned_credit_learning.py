@@ -105,10 +105,16 @@ def _config(option: str, objective: str):
   return c
 
 
-def _final_success(config, seeds=2):
+def _final_success(config, option, seeds=2):
+  """Final success per seed; also checks what the feature reports (its loss, finite, and
+  its parameters in the state), which tests/test_features_api.py checks for the other
+  recipe / network pairs."""
   train = make_train(config)
   keys = jax.random.split(jax.random.key(0), seeds)
-  _, metrics = jax.jit(jax.vmap(train))(keys)
+  state, metrics = jax.jit(jax.vmap(train))(keys)
+  assert np.isfinite(np.asarray(metrics["loss"])).all()
+  assert np.isfinite(np.asarray(metrics[f"{option}_loss"])).all()
+  assert f"{option}_params" in state.aux
   return np.asarray(metrics["success"])[:, -10:].mean(axis=1)   # [seeds]
 
 
@@ -118,5 +124,5 @@ def _final_success(config, seeds=2):
     ("rudder", "reinforce", 0.8), ("rudder", "ppo", 0.8), ("hca", "reinforce", 0.6),
     ("hca", "ppo", 0.6), ("cocoa", "reinforce", 0.8), ("cocoa", "ppo", 0.8)])
 def test_each_option_learns_keychain(option, objective, threshold):
-  success = _final_success(_config(option, objective))
+  success = _final_success(_config(option, objective), option)
   assert success.min() >= threshold, success
