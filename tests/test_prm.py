@@ -1,4 +1,6 @@
 """RunningSum-v0's step checker, PRM labels/training/calibration, and PRM shaping."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -108,25 +110,30 @@ def test_mc_hard_label_rate_matches_one_minus_failure_power():
   assert abs(float(hard.mean()) - want) < 4 * np.sqrt(want * (1 - want) / 3000)
 
 
-def _small_data(key, episodes=96, labels="truth"):
+@functools.lru_cache
+def _small_data(seed, mc=False, episodes=96):
+  """Demonstrator data from PRNGKey(`seed`), with Monte-Carlo labels if `mc` (every other
+  kind of label is computed either way); built once per module, in one compile."""
   env, params = cj.envs.make("RunningSum-v0", num_terms=3, modulus=3, horizon=6)
   pc = prm.default_config()
-  pc.labels = labels
+  pc.labels = "mc_soft" if mc else "truth"
   pc.mc_rollouts = 4
-  return env, prm.demo_data(env, params, pc, key, episodes)
+  data = jax.jit(lambda k: prm.demo_data(env, params, pc, k, episodes))(
+      jax.random.PRNGKey(seed))
+  return env, data
 
 
 @pytest.mark.parametrize("labels", ["truth", "mc_soft", "outcome"])
 def test_prm_training_reduces_held_out_loss(labels):
-  env, train = _small_data(jax.random.PRNGKey(0), labels=labels)
-  _, held = _small_data(jax.random.PRNGKey(1))
+  env, train = _small_data(0, mc=labels.startswith("mc"))
+  _, held = _small_data(1)
   net = prm.PRM(num_actions=env.num_actions, hidden_sizes=(16,))
-  params0 = prm.init_prm(net, jax.random.PRNGKey(2), env.obs_shape[0])
+  params0 = jax.jit(lambda k: prm.init_prm(net, k, env.obs_shape[0]))(jax.random.PRNGKey(2))
   fit = jax.jit(lambda p, k: prm.train_prm(net, p, train, train[labels], k, 200, 64, 1e-2))
   params, losses = fit(params0, jax.random.PRNGKey(3))
   assert losses.shape == (200,)
-  ev = lambda p: prm.evaluate(net, p, held["obs"], held["actions"], held["truth"],
-                              held["valid"])
+  ev = jax.jit(lambda p: prm.evaluate(net, p, held["obs"], held["actions"], held["truth"],
+                                      held["valid"]))
   before, after = ev(params0), ev(params)
   if labels == "outcome":   # outcome labels: the PRM fits outcomes, not steps
     assert float(losses[-20:].mean()) < float(losses[:20].mean())
@@ -185,12 +192,11 @@ def test_grpo_with_prm_runs_jit_and_vmap_and_validates():
   c = _smoke_config()
   train = cj.algos.make_train(c)
   assert {"prm.weight", "prm.outcome_weight"} <= set(train.default_hparams)
-  _, m = jax.jit(train)(jax.random.PRNGKey(0))
-  for k in ("loss", "success", "prm_score", "prm_gap", "padding_frac", "surface_frac"):
-    assert m[k].shape == (c.num_updates,) and bool(jnp.all(jnp.isfinite(m[k]))), k
+  # One compile: two seeds vmapped under jit (a lone seed's run is the same trace).
   hp = {k: jnp.stack([v, v]) for k, v in train.default_hparams.items()}
-  states, mv = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(0), 2), hp)
-  assert mv["prm_score"].shape == (2, c.num_updates)
+  states, m = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(0), 2), hp)
+  for k in ("loss", "success", "prm_score", "prm_gap", "padding_frac", "surface_frac"):
+    assert m[k].shape == (2, c.num_updates) and bool(jnp.all(jnp.isfinite(m[k]))), k
   assert "prm_params" in states.aux
   c.prm.form = "max"
   with pytest.raises(cj.algos.ConfigError, match="prm.form"):
