@@ -33,9 +33,10 @@ def test_group_replay_reproduces_the_rollout_log_probs(kind):
   c.env_kwargs.num_pivotal = 2
   env, env_params = train_lib.make_env(c)
   network, obs_shape = train_lib.make_network(c, env, env_params, value_head=True)
-  params = sn.init_params(network, jax.random.PRNGKey(0), obs_shape)
   # Larger weights than at init, so the logits (and a wrong replay) are far from uniform.
-  params = jax.tree.map(lambda x: 3.0 * x, params)
+  # (Jitted, as the replays below: one compile each instead of one per op.)
+  params = jax.jit(lambda k: jax.tree.map(lambda x: 3.0 * x, sn.init_params(
+      network, k, obs_shape)))(jax.random.PRNGKey(0))
   policy = sn.make_sequence_policy(network, value=False)
   num_tasks, group, horizon = 3, 4, 9       # horizon > T: steps after the episode's end
 
@@ -60,8 +61,8 @@ def test_group_replay_reproduces_the_rollout_log_probs(kind):
   np.testing.assert_array_equal(np.asarray(traj.valid[6:]), False)
   # Not trivially equal: the same network with its memory reset at every step (no
   # history) gives other log-probs.
-  memoryless = sn.unroll_episodes(network, params, traj.obs, prev_a, prev_r,
-                                  jnp.ones_like(starts))[0]
+  memoryless = jax.jit(lambda *x: sn.unroll_episodes(network, *x)[0])(
+      params, traj.obs, prev_a, prev_r, jnp.ones_like(starts))
   assert not np.allclose(nets.categorical_log_prob(memoryless, traj.actions),
                          traj.log_probs, atol=1e-3)
 
@@ -252,17 +253,19 @@ def test_sequence_grpo_takes_prm_shaping():
   algos.validate_config(c)
   train = algos.make_train(c)
   assert {"prm.weight", "prm.outcome_weight"} <= set(train.default_hparams)
-  state, m = jax.jit(train)(jax.random.PRNGKey(0))
+  run = jax.jit(train)   # hyperparameters as arguments in every call: one compile
+  state, m = run(jax.random.PRNGKey(0), train.default_hparams)
   assert "prm_params" in state.aux
   for k in ("loss", "success", "prm_score", "prm_gap"):
     assert m[k].shape == (c.num_updates,) and np.all(np.isfinite(m[k])), k
   # The shaped scores are what the advantages come from: with the PRM's weight 0 and
   # the outcome's 1 the run is the run without the PRM; with a large PRM weight it
   # is not.
-  hp = {**train.default_hparams, "prm.weight": 0.0, "prm.outcome_weight": 1.0}
-  _, m0 = jax.jit(train)(jax.random.PRNGKey(0), hp)
+  hp = {**train.default_hparams, "prm.weight": jnp.float32(0.0),
+        "prm.outcome_weight": jnp.float32(1.0)}
+  _, m0 = run(jax.random.PRNGKey(0), hp)
   c.prm.enabled = False
   _, m_plain = jax.jit(algos.make_train(c))(jax.random.PRNGKey(0))
   np.testing.assert_allclose(m0["loss"], m_plain["loss"], rtol=1e-5, atol=1e-7)
-  _, m5 = jax.jit(train)(jax.random.PRNGKey(0), {**hp, "prm.weight": 5.0})
+  _, m5 = run(jax.random.PRNGKey(0), {**hp, "prm.weight": jnp.float32(5.0)})
   assert not np.allclose(m5["loss"], m_plain["loss"], rtol=1e-3, atol=1e-5)
