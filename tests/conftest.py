@@ -33,3 +33,10 @@ if (os.environ.get("CREDIT_JAX_TEST_XLA_LEVEL0", "1") != "0"
     and _LEVEL_FLAG not in os.environ.get("XLA_FLAGS", "")):
   os.environ["XLA_FLAGS"] = " ".join(
       [os.environ.get("XLA_FLAGS", ""), _LEVEL_FLAG + "=0"]).strip()
+
+# Scripts the tests start import this checkout's credit_jax, not whatever the
+# environment's install points at (an editable install of another checkout, or a stale
+# one, made such tests fail for reasons outside the code: stop 53's note).
+_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
