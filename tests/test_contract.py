@@ -1,7 +1,8 @@
 """The recipe contract (credit_jax/algos/__init__.py, docs/RECIPES.md), checked for every
 recipe in `algos.RECIPES`: the three exports, a comment on every default field,
-validation that names the field, the contract's metrics over a few updates, and a run
-killed between chunks that resumes from its checkpoint to the same numbers.
+validation that names the field, the contract's metrics over a few updates, a run
+killed between chunks that resumes from its checkpoint to the same numbers, and that
+run's evaluation (scripts/evaluate.py's logic).
 
 Each recipe runs a tiny variant of its `default_config()` (TINY below: only shapes and
 lengths shrink), so the whole file is a few compiles per recipe.
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 from credit_jax import algos
+from credit_jax.runtime import evaluate
 from credit_jax.runtime import metrics as metrics_lib
 from credit_jax.runtime import run as runner
 from credit_jax.algos import train as train_lib
@@ -222,3 +224,14 @@ def test_runs_reports_the_contract_metrics_and_resumes(name, tmp_path, compile_o
   assert json.dumps(resumed, sort_keys=True) == json.dumps(whole, sort_keys=True)
   assert len(compile_once) == 1
   assert set(summary["final"]) <= set(train.headline)
+
+  # The run's latest checkpoint evaluates with the recipe's sampled and greedy policies
+  # (scripts/evaluate.py; tests/test_evaluate.py: the other network kinds): 8 episodes
+  # per seed and policy.
+  out = evaluate.evaluate_run(str(tmp_path), episodes=8, log=lambda _: None)
+  assert out["checkpoint"]["update"] == 3 and os.path.exists(out["written_to"])
+  for policy in ("sampled", "greedy"):
+    res = out["results"][policy]["all"]
+    assert res["episodes"] == 8 * c.seeds and res["ended"] == 1.0, (policy, res)
+    if episodes.has_success(c):
+      assert 0.0 <= res["success"] <= 1.0, (policy, res)
