@@ -153,8 +153,8 @@ def test_reinforce_replay_reproduces_the_rollout(kind):
   c = reinforce_config(kind)
   env, env_params = train_lib.make_env(c)
   network, obs_shape = train_lib.make_network(c, env, env_params, value_head=True)
-  params = jax.tree.map(lambda x: 3.0 * x,
-                        sn.init_params(network, jax.random.PRNGKey(0), obs_shape))
+  params = jax.jit(lambda k: jax.tree.map(lambda x: 3.0 * x, sn.init_params(
+      network, k, obs_shape)))(jax.random.PRNGKey(0))   # jitted: one compile, not one per op
   policy = sn.make_sequence_policy(network, value=True)
 
   def run(params, key):
