@@ -99,7 +99,7 @@ def test_grpo_mc_retraining_relabels_with_the_current_policy():
   c.prm.retrain_mc_states = 8
   c.prm.retrain_steps = 5
   train = cj.algos.make_train(c)
-  state0 = train.init(jax.random.PRNGKey(0))
+  state0 = jax.jit(train.init)(jax.random.PRNGKey(0))   # one compile, not one per op
   update = jax.jit(train.update)
   state, params = state0, [state0.aux["prm_params"]]
   fired = []
