@@ -259,6 +259,9 @@ def step_advantages(hooks: hooks_lib.Hooks, aux, traj, kind: str, hp, k_perm, up
   elif signal.scores is not returns:   # step_scores[0] would no longer be the score
     raise ValueError("a hook set per-step scores (Signal.step_scores) and another "
                      "rewrote the episode scores: GRPO cannot credit both; turn one off")
+  elif signal.step_scores.shape != valid.shape:
+    raise ValueError(f"Signal.step_scores must be [T, N, K] = {valid.shape} like "
+                     f"traj.valid, got {signal.step_scores.shape}")
   else:
     step_adv = jnp.where(valid, baselines.group_advantages(signal.step_scores,
                                                            kind=kind)[0], 0.0)
