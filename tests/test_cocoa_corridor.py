@@ -13,6 +13,7 @@ import pytest
 from credit_jax import envs, exact, nets, rollout
 from credit_jax.addons import hindsight_credit
 from credit_jax.envs import conveyor_treasure as ct
+from credit_jax.experiments import report
 from credit_jax.experiments.cocoa_corridor import probe, study
 
 L = 6   # key, apple-left, empty, apple-right, door, treasure
@@ -214,7 +215,12 @@ def test_entropy_schedule_is_theirs():
 def test_killed_cell_resumes_to_the_same_numbers(tmp_path, monkeypatch):
   c = study.default_config()
   c.lengths, c.seeds, c.updates, c.eval_every, c.eval_episodes = (5,), 2, 4, 2, 8
-  fresh = study.run_cell("cocoa", 5, c, str(tmp_path / "a"), lambda s: None)
+  c.progress_s = 0.0   # a progress line per chunk: the watchdog's heartbeat inside a cell
+  lines = []
+  fresh = study.run_cell("cocoa", 5, c, str(tmp_path / "a"), lines.append)
+  assert [l.split(",")[0] for l in lines[:2]] == ["cocoa L=5: update 2/4",
+                                                  "cocoa L=5: update 4/4"]
+  assert lines[2].startswith("cocoa L=5: run-averaged treasure")
   real_replace, calls = os.replace, []
 
   def killed(src, dst):
@@ -230,3 +236,14 @@ def test_killed_cell_resumes_to_the_same_numbers(tmp_path, monkeypatch):
   assert resumed["evals"] == fresh["evals"] == [0, 2, 4]
   np.testing.assert_array_equal(resumed["curve"], fresh["curve"])
   np.testing.assert_array_equal(resumed["train_success"], fresh["train_success"])
+
+
+def test_throttled_log_keeps_the_first_line_and_then_one_per_interval():
+  lines = []
+  quiet = report.throttled(lines.append, 1e9)
+  for i in range(3):
+    quiet(str(i))
+  every = report.throttled(lines.append, 0.0)
+  for i in range(3, 5):
+    every(str(i))
+  assert lines == ["0", "3", "4"]

@@ -100,6 +100,23 @@ class Stopwatch:
     return out
 
 
+def throttled(log: Callable[[str], None], every_s: float) -> Callable[[str], None]:
+  """`log` at most once per `every_s` seconds (0: every call); the first call always logs.
+
+  For progress lines inside a long cell: an experiment's `log` is also the watchdog's
+  heartbeat (credit_jax/experiments/cli.py), so a cell that runs longer than the
+  watchdog's limit must log while it runs, and a line per compiled chunk would flood
+  the terminal."""
+  last = [None]
+
+  def out(line: str) -> None:
+    now = time.perf_counter()
+    if last[0] is None or now - last[0] >= every_s:
+      last[0] = now
+      log(line)
+  return out
+
+
 def compile_and_run(fn: Callable, *args) -> Tuple[Any, float, float]:
   """(outputs on the host, compile seconds, run seconds) of `jax.jit(fn)(*args)`.
 

@@ -45,6 +45,7 @@ from credit_jax import exact, nets, returns, rollout
 from credit_jax.addons import contributions as cb, hindsight_credit
 from credit_jax.algos import train as train_lib
 from credit_jax.envs.conveyor_treasure import ConveyorTreasure
+from credit_jax.experiments import report
 from credit_jax.experiments.cocoa_corridor.methods import cell_config
 
 __all__ = ["ESTIMATORS", "corridor_credit", "first_state_gradient", "rows_of", "shadow"]
@@ -197,12 +198,15 @@ def shadow(length: int, config, log: Callable) -> Dict:
   meas = jax.jit(jax.vmap(measure))
   t0 = time.time()
   points = []
+  progress = report.throttled(log, float(config.get("progress_s", 60.0)))
   for i in range(int(p.updates) // every + 1):
     if i:
       carry = run(carry, jax.vmap(lambda k: jax.random.fold_in(k, 2 * i))(keys))
     m = jax.device_get(meas(carry, jax.vmap(lambda k: jax.random.fold_in(k, 2 * i + 1))(
         keys)))
     points.append({"update": i * every, **{k: np.asarray(v).tolist() for k, v in m.items()}})
+    progress(f"shadow L={length}: update {i * every}/{int(p.updates)} "
+             f"({time.time() - t0:.0f} s)")
   rows = rows_of(points)
   log(f"shadow L={length}: " + ", ".join(f"{k} snr {v['snr_db']:.1f} bias "
                                          f"{v['bias_db']:.1f} dB" for k, v in rows.items())

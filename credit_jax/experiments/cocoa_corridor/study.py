@@ -76,6 +76,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.model_lr = 3e-3               # the hindsight models' AdamW rate (theirs)
   c.model_width = 256             # the gated hypernetwork's hidden units (theirs)
   c.fit_first = True              # the models' order: fit, then credit (theirs)
+  c.progress_s = 60.0             # seconds between progress lines inside a cell (0: each chunk)
   c.probe = ml_collections.ConfigDict()
   c.probe.lengths = ()            # L of the shadow-mode gradient part ( (): skip it)
   c.probe.updates = 300           # shadow-mode updates (policy by the exact gradient)
@@ -154,6 +155,7 @@ def run_cell(method: str, length: int, config, workdir: str, log: Callable) -> D
     hit, ret = evaluate(state.params, jax.random.fold_in(eval_key, 0))
     rows = {"evals": [0], "curve": [np.asarray(hit).tolist()],
             "returns": [np.asarray(ret).tolist()], "train_success": [], "wall_s": 0.0}
+  progress = report.throttled(log, float(config.progress_s))
   for i in range(len(rows["evals"]), n_chunks + 1):
     tc = time.time()
     state, metrics = chunk(state)
@@ -167,6 +169,8 @@ def run_cell(method: str, length: int, config, workdir: str, log: Callable) -> D
     with open(part + ".tmp", "wb") as f:
       pickle.dump({"state": jax.device_get(state), "rows": rows}, f)
     os.replace(part + ".tmp", part)
+    progress(f"{method} L={length}: update {i * every}/{int(config.updates)}, treasure "
+             f"{np.mean(hit):.3f} (seed mean), {rows['wall_s']:.0f} s")
   curve = np.asarray(rows["curve"])                                     # [E, S]
   out = {"method": method, "length": int(length), **rows,
          "auc": curve.mean(axis=0).tolist(), "final": curve[-1].tolist(),
