@@ -115,15 +115,17 @@ class _LinearNet:
     return _linear(params, obs), jnp.zeros(obs.shape[:-1])
 
 
-@pytest.mark.parametrize("kind", ["cocoa", "hca"])
-def test_untrained_gated_model_gives_no_credit(kind):
+@pytest.mark.parametrize("kind,model_kind", [("cocoa", "gated"), ("hca", "gated"),
+                                             ("cocoa", "tabular")])
+def test_untrained_gated_model_gives_no_credit(kind, model_kind):
   env, env_params = envs.make("ConveyorTreasure-v0", length=L)
   params = _policy(2)
   traj, logits = _batch(env, env_params, params)
-  cfg = hindsight_credit.add_config(ml_collections.ConfigDict(), kind, model="gated",
+  cfg = hindsight_credit.add_config(ml_collections.ConfigDict(), kind, model=model_kind,
                                     hidden_sizes=(32,))[kind]
   model = hindsight_credit.Hindsight(kind, cfg, 4, 9,
-                                     hindsight_credit.reward_values_of(env, env_params))
+                                     hindsight_credit.reward_values_of(env, env_params),
+                                     env.onehot_groups)
   carry = model.init(jax.random.key(0))
   credit, _, ratio = model.credit(carry[model.owns[0]], logits, traj, 1.0)
   if kind == "cocoa":
@@ -137,6 +139,17 @@ def test_untrained_gated_model_gives_no_credit(kind):
   moved, _, _ = model.credit(trained[model.owns[0]], logits, traj, 1.0)
   pick = (lambda c: c.coefficients) if kind == "cocoa" else (lambda c: c)
   assert float(jnp.max(jnp.abs(pick(moved) - pick(credit)))) > 1e-4
+
+
+def test_tabular_hindsight_model_is_cocoas_only_and_needs_onehot_groups():
+  cfg = hindsight_credit.add_config(ml_collections.ConfigDict(), "hca",
+                                    model="tabular")["hca"]
+  with pytest.raises(ValueError, match="tabular"):
+    hindsight_credit.Hindsight("hca", cfg, 4, 9, (), ((1, 7),))
+  cfg = hindsight_credit.add_config(ml_collections.ConfigDict(), "cocoa",
+                                    model="tabular")["cocoa"]
+  with pytest.raises(ValueError, match="onehot_groups"):
+    hindsight_credit.Hindsight("cocoa", cfg, 4, 9, (1.0,), None)
 
 
 def test_fit_first_credits_with_the_fitted_model():
@@ -161,24 +174,26 @@ def test_fit_first_credits_with_the_fitted_model():
   assert np.abs(out[True] - out[False]).max() > 1e-4
 
 
-def test_learned_cocoa_approaches_exact_coefficients():
-  """The gated model fitted on a fixed policy's episodes (COCOA's loss) approaches the
-  exact key-step coefficient of the treasure class."""
+@pytest.mark.parametrize("model_kind", ["gated", "tabular"])
+def test_learned_cocoa_approaches_exact_coefficients(model_kind):
+  """The gated model (and the table, whose key-cell row no other step shares) fitted on a
+  fixed policy's episodes (COCOA's loss) approaches the exact key-step coefficients."""
   env, env_params = envs.make("ConveyorTreasure-v0", length=L)
   params = _policy(5, scale=0.2)
   _, w, _ = probe.corridor_credit(env, env_params, _linear, params)
   values = hindsight_credit.reward_values_of(env, env_params)
-  cfg = hindsight_credit.add_config(ml_collections.ConfigDict(), "cocoa", model="gated",
+  cfg = hindsight_credit.add_config(ml_collections.ConfigDict(), "cocoa", model=model_kind,
                                     hidden_sizes=(64,), train_steps=1,
                                     max_grad_norm=0.0)["cocoa"]
-  model = hindsight_credit.Hindsight("cocoa", cfg, 4, 9, values)
+  model = hindsight_credit.Hindsight("cocoa", cfg, 4, 9, values, env.onehot_groups)
   policy = nets.make_policy_fn(_LinearNet(), value=False)
+  lr = 3e-3 if model_kind == "gated" else 3e-2   # Adam moves a table entry ~lr per step
 
   @jax.jit
   def fit(carry, key):
     def body(c, k):
       traj = rollout.collect_episodes(env, env_params, policy, params, k, 64, L)
-      return model.train(c, traj, 1.0, 3e-3, k, _linear(params, traj.obs))[0], None
+      return model.train(c, traj, 1.0, lr, k, _linear(params, traj.obs))[0], None
     return jax.lax.scan(body, carry, jax.random.split(key, 400))[0]
 
   carry = fit(model.init(jax.random.key(0)), jax.random.key(1))

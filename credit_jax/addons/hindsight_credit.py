@@ -2,8 +2,10 @@
 in place of the recipe's advantages (the `advantages` estimator slot).
 
 `config.hca` / `config.cocoa` (`add_config`): `enabled`; the model (`model`: "mlp", an
-MLP of `hidden_sizes` on [o, u], or "gated", COCOA's gated hypernetwork
-`nets.credit_models.GatedHindsightModel` of width `hidden_sizes[0]`; `policy_prior`: h's
+MLP of `hidden_sizes` on [o, u], "gated", COCOA's gated hypernetwork
+`nets.credit_models.GatedHindsightModel` of width `hidden_sizes[0]`, or "tabular",
+COCOA only, a table over the environment's one-hot observation rows and the reward
+classes, `nets.credit_models.TabularHindsightModel`; `policy_prior`: h's
 logits are the policy's log-probabilities plus the network's output,
 `Hindsight.hindsight_logits` says why);
 its training (`lr`, traced as `hca.lr` / `cocoa.lr`; `train_steps` full-batch Adam
@@ -48,7 +50,8 @@ from credit_jax import diagnostics, returns
 from credit_jax.addons import contributions as cb
 from credit_jax.addons import hooks
 from credit_jax.config import require
-from credit_jax.nets.credit_models import GatedHindsightModel, HindsightModel
+from credit_jax.nets.credit_models import (GatedHindsightModel, HindsightModel,
+                                           TabularHindsightModel)
 
 Array = jax.Array
 
@@ -56,6 +59,7 @@ __all__ = ["CocoaFeature", "HcaFeature", "Hindsight", "KINDS", "add_config",
            "reward_values_of"]
 
 KINDS = ("hca", "cocoa")
+MODELS = ("mlp", "gated", "tabular")
 
 
 def add_config(c: ml_collections.ConfigDict, kind: str, **overrides
@@ -73,6 +77,7 @@ def add_config(c: ml_collections.ConfigDict, kind: str, **overrides
   h.train_steps = 8 if kind == "hca" else 4   # its full-batch steps per update
   h.policy_prior = True       # h's logits = log pi + the network's (Bayes' rule)
   h.model = "mlp"             # mlp | gated (COCOA's hypernetwork, width hidden_sizes[0])
+                              # | tabular (COCOA: a table over obs rows and classes)
   h.fit_first = False         # True: train on the batch, then credit it (COCOA's order)
   h.weight_decay = 0.0        # AdamW's decoupled weight decay of the model
   h.max_grad_norm = 1.0       # the model's gradient clip (0: none)
@@ -113,7 +118,7 @@ class Hindsight:
   """
 
   def __init__(self, kind: str, cfg, num_actions: int, obs_size: int,
-               reward_values: Sequence[float] = ()):
+               reward_values: Sequence[float] = (), groups=None):
     if kind not in KINDS:
       raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     self.kind, self.num_actions, self.obs_size = kind, int(num_actions), int(obs_size)
@@ -123,9 +128,19 @@ class Hindsight:
     self.outcome_size = 1 if kind == "hca" else len(self.values)
     self.z_scale = float(cfg.get("z_scale", 1.0))
     self.policy_prior = bool(cfg.get("policy_prior", True))
-    self.gated = cfg.get("model", "mlp") == "gated"
-    self.net = (GatedHindsightModel(self.num_actions, int(tuple(cfg.hidden_sizes)[0]))
-                if self.gated else HindsightModel(self.num_actions, tuple(cfg.hidden_sizes)))
+    model = cfg.get("model", "mlp")
+    if model == "tabular" and (kind != "cocoa" or groups is None):
+      raise ValueError(f"{kind}.model = 'tabular' needs COCOA's discrete outcomes and an "
+                       f"environment that names its one-hot observation parts "
+                       f"(env.onehot_groups)")
+    self.gated = model in ("gated", "tabular")   # the net also takes the policy's logits
+    if model == "tabular":
+      self.net = TabularHindsightModel(self.num_actions, tuple(map(tuple, groups)),
+                                       self.outcome_size)
+    elif model == "gated":
+      self.net = GatedHindsightModel(self.num_actions, int(tuple(cfg.hidden_sizes)[0]))
+    else:
+      self.net = HindsightModel(self.num_actions, tuple(cfg.hidden_sizes))
     self.tx = optax.scale_by_adam()
     self.train_steps = int(cfg.train_steps)
     self.fit_first = bool(cfg.get("fit_first", False))
@@ -256,8 +271,11 @@ class _HindsightFeature(hooks.Feature):
     require(int(h.train_steps) >= 1, f"{self.kind}.train_steps",
             f"must be >= 1, got {h.train_steps}")
     require(float(h.lr) > 0, f"{self.kind}.lr", f"must be > 0, got {h.lr}")
-    require(h.get("model", "mlp") in ("mlp", "gated"), f"{self.kind}.model",
-            f"must be mlp or gated, got {h.get('model')!r}")
+    require(h.get("model", "mlp") in MODELS, f"{self.kind}.model",
+            f"must be one of {MODELS}, got {h.get('model')!r}")
+    require(h.get("model", "mlp") != "tabular" or self.kind == "cocoa",
+            f"{self.kind}.model", "'tabular' is COCOA's only: HCA's outcome (the "
+            "return-to-go) is continuous")
     for f in ("weight_decay", "max_grad_norm"):
       require(float(h.get(f, 0.0)) >= 0, f"{self.kind}.{f}", f"must be >= 0, got {h[f]}")
     require(recipe.rollout != hooks.CONTINUING, f"{self.kind}.enabled",
@@ -287,8 +305,13 @@ class _HindsightBound(hooks.Bound):
     values = tuple(cfg.get("reward_values", ()) or ())
     if kind == "cocoa" and not values:
       values = reward_values_of(env, params)
+    groups = getattr(env, "onehot_groups", None)
+    if cfg.get("model", "mlp") == "tabular" and groups is None:
+      raise ValueError(f"{kind}.model: 'tabular' needs an environment that names its "
+                       f"one-hot observation parts (env.onehot_groups); "
+                       f"{type(env).__name__} does not")
     self.model = Hindsight(kind, cfg, env.num_actions,
-                           int(np.prod(env.observation_space(params).shape)), values)
+                           int(np.prod(env.observation_space(params).shape)), values, groups)
     self.owns = self.model.owns
     self.logits = context.logits
     self.discount = context.discount

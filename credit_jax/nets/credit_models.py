@@ -24,6 +24,13 @@ conjunction "this outcome at this observation" is one hidden layer away, not two
 two output layers start as mirrored pairs (`relu(x) - relu(x) = 0`, with a gradient), so
 the untrained model outputs exactly 0: with the policy prior `h = pi` and every
 coefficient `w = h / pi = 1` (theirs starts at a random output).
+
+`TabularHindsightModel`: a table of logits, one `[A]` row per (observation row,
+outcome class), the observation's row as a tabular policy's (`nets.tabular.joint_index`
+over the environment's `onehot_groups`: the time feature is left out, so states that
+look alike at different steps share a row). Zero-initialised: with the policy prior the
+untrained model gives `h = pi`, every `w = 1`. For discrete outcomes only (COCOA's
+reward classes, one-hot `[..., M]`).
 """
 from __future__ import annotations
 
@@ -35,10 +42,12 @@ import jax.numpy as jnp
 
 from credit_jax.nets import gru, initializers
 from credit_jax.nets.mlp import MLP
+from credit_jax.nets.tabular import joint_index, table_size
 
 Array = jax.Array
 
-__all__ = ["GatedHindsightModel", "HindsightModel", "ReturnPredictor"]
+__all__ = ["GatedHindsightModel", "HindsightModel", "ReturnPredictor",
+           "TabularHindsightModel"]
 
 
 class ReturnPredictor(nn.Module):
@@ -125,3 +134,23 @@ class GatedHindsightModel(nn.Module):
     feats = jnp.concatenate([logp, jnp.log1p(-jnp.minimum(jnp.exp(logp), 1 - 1e-6))],
                             axis=-1)                                  # [..., 2A]
     return logits + jnp.einsum("...ij,...j->...i", gate, feats)
+
+
+class TabularHindsightModel(nn.Module):
+  """`(obs [..., O], outcome [..., M] one-hot, policy_logits [..., A]) -> logits [..., A]`:
+  the table's row of (`joint_index(obs, groups)`, the outcome's class) (module doc);
+  `policy_logits` are accepted for the gated model's signature and not read."""
+  num_actions: int
+  groups: Sequence[Sequence[int]]
+  num_outcomes: int
+
+  @nn.compact
+  def __call__(self, obs: Array, outcome: Array, policy_logits: Array = None) -> Array:
+    del policy_logits
+    if jnp.shape(obs)[:-1] != jnp.shape(outcome)[:-1] or \
+        jnp.shape(outcome)[-1] != self.num_outcomes:
+      raise ValueError(f"obs [..., O] and outcome [..., {self.num_outcomes}] need the same "
+                       f"leading dims, got {jnp.shape(obs)} and {jnp.shape(outcome)}")
+    table = self.param("table", nn.initializers.zeros,
+                       (table_size(self.groups), self.num_outcomes, self.num_actions))
+    return table[joint_index(obs, self.groups), jnp.argmax(outcome, axis=-1)]

@@ -38,12 +38,15 @@ def cell_config(method: str, length: int, config) -> ml_collections.ConfigDict:
   c.explore_epsilon = float(config.epsilon)
   c.network.hidden_sizes = tuple(config.hidden_sizes)
   c.network.activation = "relu"
+  c.network.kind = str(config.get("policy", "mlp"))   # mlp (theirs) | tabular
   c.chunk_updates = int(config.eval_every)
   train_lib.checkpoint_at_end(c)  # the study saves its own state between chunks
   if method in ("hca_return", "cocoa"):
+    model = "gated" if method == "hca_return" else str(config.get("model", "gated"))
     hindsight_credit.add_config(
-        c, "hca" if method == "hca_return" else "cocoa", model="gated",
-        hidden_sizes=(int(config.model_width),), lr=float(config.model_lr),
+        c, "hca" if method == "hca_return" else "cocoa", model=model,
+        hidden_sizes=(int(config.model_width),),
+        lr=float(config.table_lr if model == "tabular" else config.model_lr),
         train_steps=1, fit_first=bool(config.fit_first),
         weight_decay=float(config.weight_decay), max_grad_norm=0.0)
   return c

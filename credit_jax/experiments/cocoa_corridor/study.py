@@ -69,11 +69,16 @@ def default_config() -> ml_collections.ConfigDict:
   c.eval_every = 200              # updates between evaluations (theirs: 100)
   c.eval_episodes = 256           # episodes per evaluation (theirs: 512)
   c.hidden_sizes = (64, 64)       # the policy's MLP (theirs), ReLU
+  c.policy = "mlp"                # mlp (theirs) | tabular: a table over the observed cell
+                                  # content and key (nets/tabular.py; no time feature)
+  c.model = "gated"               # COCOA's model: gated (theirs) | tabular (a table over
+                                  # those rows and the reward classes); HCA's stays gated
   c.epsilon = 0.05                # exploration while training (theirs)
   c.weight_decay = 1e-4           # AdamW's (optax's default, which they use)
   c.lrs = ml_collections.ConfigDict({"reinforce": 3e-4, "advantage": 1e-3,
                                      "hca_return": 3e-4, "cocoa": 3e-4})  # policy lrs
   c.model_lr = 3e-3               # the hindsight models' AdamW rate (theirs)
+  c.table_lr = 3e-2               # the tabular model's (Adam moves an entry ~lr per step)
   c.model_width = 256             # the gated hypernetwork's hidden units (theirs)
   c.fit_first = True              # the models' order: fit, then credit (theirs)
   c.progress_s = 60.0             # seconds between progress lines inside a cell (0: each chunk)
@@ -93,6 +98,10 @@ def num_seeds(config) -> int:
 
 
 def validate_config(config) -> None:
+  if config.policy not in ("mlp", "tabular"):
+    raise ValueError(f"config.policy: must be mlp or tabular, got {config.policy!r}")
+  if config.model not in ("gated", "tabular"):
+    raise ValueError(f"config.model: must be gated or tabular, got {config.model!r}")
   unknown = [m for m in config.methods if m not in METHODS]
   if unknown:
     raise ValueError(f"config.methods: unknown {unknown}; known: {METHODS}")
