@@ -12,6 +12,14 @@ Variants:
   "probe": the shadow-mode gradient part alone at L = 23, 63, 103 (3 seeds, 300 updates,
       a measurement every 100 on 256 batches of 8 episodes).
   "small": every method at L = 23, 4 seeds, 600 updates (<= 15 min on 2 cores).
+  "tabular": a table policy and COCOA's tabular model over the cell's content alone
+      (nets/tabular.py; not the key held, nor the time) at L = 23, 103, 300, 1000, 10
+      seeds, 10,000 updates, an evaluation every 200; policy rates tuned at L = 23 on
+      seeds disjoint from these (scripts/repro/cocoa_tabular_tune.sh). With the key
+      flag in the table, picking the key moves the agent to other rows for every apple
+      after it, so the key changes the apple rewards (docs/results/learned_credit.md).
+  "tabular_tune": one cell of that tuning: L = 23, 4 seeds from base seed 1000,
+      3,000 updates (the rates come from the command line).
   "smoke": seconds; what the tests run.
 Every field is documented in the study's default_config().
 """
@@ -19,8 +27,7 @@ from credit_jax.experiments import cocoa_corridor
 
 
 def get_config(arg=None):
-  """Returns the study config; `arg` picks a variant ("", "l103", "gate", "probe",
-  "small", "smoke")."""
+  """Returns the study config; `arg` picks a variant (module doc)."""
   c = cocoa_corridor.default_config()
   if arg in (None, ""):
     pass
@@ -33,10 +40,16 @@ def get_config(arg=None):
     c.lengths, c.probe.lengths = (), (23, 63, 103)
   elif arg == "small":
     c.lengths, c.seeds, c.updates, c.eval_every = (23,), 4, 600, 100
+  elif arg in ("tabular", "tabular_tune"):
+    c.policy, c.model, c.table_groups = "tabular", "tabular", (0,)
+    c.lengths, c.updates, c.eval_every = (23, 103, 300, 1000), 10000, 200
+    if arg == "tabular_tune":
+      c.lengths, c.seeds, c.seed, c.updates, c.eval_every = (23,), 4, 1000, 3000, 250
   elif arg == "smoke":
     c.lengths, c.seeds, c.updates, c.eval_every, c.eval_episodes = (5,), 2, 4, 2, 8
     c.probe.lengths, c.probe.updates, c.probe.every, c.probe.draws = (5,), 2, 2, 4
     c.probe.seeds = 2
   else:
-    raise ValueError(f"unknown variant {arg!r} (use '', 'l103', 'gate', 'probe', 'small' or 'smoke')")
+    raise ValueError(f"unknown variant {arg!r} (use '', 'l103', 'gate', 'probe', 'small', "
+                     f"'tabular', 'tabular_tune' or 'smoke')")
   return c

@@ -84,6 +84,27 @@ def test_refusals_name_the_field():
     make_train(c)
 
 
+def test_table_groups_pick_the_env_groups_the_table_reads():
+  env, env_params = envs.make("ConveyorTreasure-v0", length=8)
+  assert tabular.env_groups(env) == ((1, 7), (7, 9))
+  assert tabular.env_groups(env, (0,)) == ((1, 7),)
+  net = nets.make_table_network("tabular", env, (9,), True, select=(0,))
+  assert tabular.table_size(net.groups) == 7          # the content alone: 6 + "none"
+  obs = jnp.zeros((2, 9)).at[:, 1 + 4].set(1.0).at[0, 7].set(1.0).at[1, 8].set(1.0)
+  params = net.init(jax.random.key(0), obs)
+  params = jax.tree.map(lambda x: x + jax.random.normal(jax.random.key(1), x.shape), params)
+  logits, _ = net.apply(params, obs)   # the key cell with and without the key: one row
+  np.testing.assert_array_equal(np.asarray(logits[0]), np.asarray(logits[1]))
+  for bad in ((2,), (0, 0)):
+    with pytest.raises(ValueError, match="network.table_groups"):
+      tabular.env_groups(env, bad)
+  c = reinforce.default_config()
+  c.env_name, c.env_kwargs, c.horizon = "ConveyorTreasure-v0", {"length": 8}, 8
+  c.network.kind, c.network.table_groups = "tabular", (5,)
+  with pytest.raises(ConfigError, match="network.table_groups"):
+    make_train(c)
+
+
 def _recipe(name):
   if name == "ppo":
     c = ppo.default_config()

@@ -50,6 +50,7 @@ from credit_jax import diagnostics, returns
 from credit_jax.addons import contributions as cb
 from credit_jax.addons import hooks
 from credit_jax.config import require
+from credit_jax.nets import tabular as nets_tabular
 from credit_jax.nets.credit_models import (GatedHindsightModel, HindsightModel,
                                            TabularHindsightModel)
 
@@ -305,11 +306,11 @@ class _HindsightBound(hooks.Bound):
     values = tuple(cfg.get("reward_values", ()) or ())
     if kind == "cocoa" and not values:
       values = reward_values_of(env, params)
-    groups = getattr(env, "onehot_groups", None)
-    if cfg.get("model", "mlp") == "tabular" and groups is None:
-      raise ValueError(f"{kind}.model: 'tabular' needs an environment that names its "
-                       f"one-hot observation parts (env.onehot_groups); "
-                       f"{type(env).__name__} does not")
+    groups = None
+    if cfg.get("model", "mlp") == "tabular":   # the rows the policy's table reads
+      net = context.config.get("network", {})
+      groups = nets_tabular.env_groups(env, tuple(net.get("table_groups", ())),
+                                       f"{kind}.model = 'tabular'")
     self.model = Hindsight(kind, cfg, env.num_actions,
                            int(np.prod(env.observation_space(params).shape)), values, groups)
     self.owns = self.model.owns

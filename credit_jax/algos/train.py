@@ -84,6 +84,7 @@ def add_network_kind(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   can train a GRU or transformer (PPO, GRPO, REINFORCE; credit_jax/nets/sequence.py)."""
   c.network.kind = "mlp"             # mlp | tabular | linear (nets/tabular.py) | gru | transformer
   c.network.min_prob = 0.0           # tabular | linear: entropy floor, each action's least probability
+  c.network.table_groups = ()        # tabular | linear: which env.onehot_groups it reads (indices; (): all)
   c.network.gru_size = 64            # GRU state size (kind "gru")
   c.network.d_model = 32             # transformer width (kind "transformer")
   c.network.num_heads = 2            # transformer attention heads
@@ -502,7 +503,8 @@ def make_network(config, env, env_params, value_head: bool):
   if kind in nets.tabular.KINDS:
     try:
       network = nets.make_table_network(kind, env, obs_shape, value_head,
-                                        float(net.get("min_prob", 0.0)))
+                                        float(net.get("min_prob", 0.0)),
+                                        tuple(net.get("table_groups", ())))
     except ValueError as e:
       raise ConfigError(str(e)) from None
     return network, obs_shape

@@ -39,7 +39,8 @@ import numpy as np
 
 Array = jax.Array
 
-__all__ = ["KINDS", "Linear", "Tabular", "joint_index", "make_table_network", "table_size"]
+__all__ = ["KINDS", "Linear", "Tabular", "env_groups", "joint_index", "make_table_network",
+           "table_size"]
 
 KINDS = ("tabular", "linear")
 
@@ -153,19 +154,32 @@ class Linear(_FeatureHeads):
                            axis=-1).astype(jnp.float32)
 
 
-def make_table_network(kind: str, env, obs_shape: Sequence[int], value_head: bool,
-                       min_prob: float = 0.0) -> nn.Module:
-  """The `kind` ("tabular" | "linear") network for `env`, whose `onehot_groups` name the
-  discrete parts of its flat observations `obs_shape` ([D]). Raises ValueError naming
-  `network.kind` when the env has no such groups or its observations are not flat."""
-  if kind not in KINDS:
-    raise ValueError(f"network.kind must be one of {KINDS} here, got {kind!r}")
+def env_groups(env, select: Sequence[int] = (), what: str = "network.kind") -> Tuple:
+  """`env.onehot_groups`, or the ones at the indices `select` (`network.table_groups`;
+  (): all). Raises ValueError naming `what` when the env names no groups, or naming
+  `network.table_groups` for an index it does not have."""
   groups = getattr(env, "onehot_groups", None)
   if groups is None:
-    raise ValueError(f"network.kind={kind!r} needs an environment that names its one-hot "
-                     f"observation parts (env.onehot_groups: KeyChain-v0, "
-                     f"LinearKeyToDoor-v0, ConveyorTreasure-v0); {type(env).__name__} "
-                     f"does not")
+    raise ValueError(f"{what} needs an environment that names its one-hot observation "
+                     f"parts (env.onehot_groups: KeyChain-v0, LinearKeyToDoor-v0, "
+                     f"ConveyorTreasure-v0); {type(env).__name__} does not")
+  groups = _check_groups(groups)
+  select = tuple(int(i) for i in select)
+  if any(not 0 <= i < len(groups) for i in select) or len(set(select)) < len(select):
+    raise ValueError(f"network.table_groups: distinct indices of the env's {len(groups)} "
+                     f"one-hot groups {groups}, got {select}")
+  return tuple(groups[i] for i in select) if select else groups
+
+
+def make_table_network(kind: str, env, obs_shape: Sequence[int], value_head: bool,
+                       min_prob: float = 0.0, select: Sequence[int] = ()) -> nn.Module:
+  """The `kind` ("tabular" | "linear") network for `env`, whose `onehot_groups` (those at
+  the indices `select`; (): all) name the discrete parts of its flat observations
+  `obs_shape` ([D]) that the table reads. Raises ValueError naming the field when the
+  env has no such groups or its observations are not flat."""
+  if kind not in KINDS:
+    raise ValueError(f"network.kind must be one of {KINDS} here, got {kind!r}")
+  groups = env_groups(env, select, f"network.kind={kind!r}")
   if not 0.0 <= float(min_prob) < 1.0 / int(env.num_actions):
     raise ValueError(f"network.min_prob must lie in [0, 1/A) = [0, "
                      f"{1.0 / int(env.num_actions):.4g}), got {min_prob}")
@@ -173,6 +187,6 @@ def make_table_network(kind: str, env, obs_shape: Sequence[int], value_head: boo
     raise ValueError(f"network.kind={kind!r} needs flat observations [D], got shape "
                      f"{tuple(obs_shape)}")
   cls = Tabular if kind == "tabular" else Linear
-  return cls(num_actions=int(env.num_actions), groups=_check_groups(groups),
+  return cls(num_actions=int(env.num_actions), groups=groups,
              obs_size=int(obs_shape[0]), value_head=bool(value_head),
              min_prob=float(min_prob))

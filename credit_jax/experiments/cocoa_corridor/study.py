@@ -71,6 +71,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.hidden_sizes = (64, 64)       # the policy's MLP (theirs), ReLU
   c.policy = "mlp"                # mlp (theirs) | tabular: a table over the observed cell
                                   # content and key (nets/tabular.py; no time feature)
+  c.table_groups = ()             # tabular: the observation's one-hot groups it reads
+                                  # (0: the cell's content, 1: the key held; (): both)
   c.model = "gated"               # COCOA's model: gated (theirs) | tabular (a table over
                                   # those rows and the reward classes); HCA's stays gated
   c.epsilon = 0.05                # exploration while training (theirs)
