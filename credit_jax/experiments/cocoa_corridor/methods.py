@@ -40,6 +40,7 @@ def cell_config(method: str, length: int, config) -> ml_collections.ConfigDict:
   c.network.activation = "relu"
   c.network.kind = str(config.get("policy", "mlp"))   # mlp (theirs) | tabular
   c.network.table_groups = tuple(config.get("table_groups", ()))
+  c.network.min_prob = float(config.get("min_prob", 0.0))
   c.chunk_updates = int(config.eval_every)
   train_lib.checkpoint_at_end(c)  # the study saves its own state between chunks
   if method in ("hca_return", "cocoa"):

@@ -73,6 +73,9 @@ def default_config() -> ml_collections.ConfigDict:
                                   # content and key (nets/tabular.py; no time feature)
   c.table_groups = ()             # tabular: the observation's one-hot groups it reads
                                   # (0: the cell's content, 1: the key held; (): both)
+  c.min_prob = 0.0                # tabular: each action's least probability (an entropy
+                                  # floor; 0: none); a saturated table row gets no
+                                  # gradient from COCOA's all-action loss
   c.model = "gated"               # COCOA's model: gated (theirs) | tabular (a table over
                                   # those rows and the reward classes); HCA's stays gated
   c.epsilon = 0.05                # exploration while training (theirs)
