@@ -45,6 +45,7 @@ class BitFlipParams(environment.EnvParams):
 class BitFlip(goal.GoalEnvMixin, base.CreditEnv):
   """BitFlip-v0. See the module docstring."""
 
+  name = "BitFlip-v0"
   deterministic_transitions = True  # step_env ignores its key
 
   def __init__(self, num_bits: int = 10):
@@ -54,10 +55,6 @@ class BitFlip(goal.GoalEnvMixin, base.CreditEnv):
     self.goal_shape = (self.num_bits,)
     self.goal_obs_size = self.num_bits
     self.obs_shape = (2 * self.num_bits,)
-
-  @property
-  def name(self) -> str:
-    return "BitFlip-v0"
 
   @property
   def num_actions(self) -> int:

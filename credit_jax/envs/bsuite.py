@@ -122,14 +122,12 @@ class DiscountingParams(environment.EnvParams):
 class UmbrellaChain(base.CreditEnv, gx_umbrella.UmbrellaChain):
   """bsuite's UmbrellaChain (umbrella_length): see the module docstring."""
 
+  name = "bsuite/UmbrellaChain-v0"
+
   def __init__(self, n_distractor: int = 20):
     gx_umbrella.UmbrellaChain.__init__(
         self, base.check_int("n_distractor", n_distractor, minimum=0))
     self.obs_shape = (3 + self.n_distractor,)
-
-  @property
-  def name(self) -> str:
-    return "bsuite/UmbrellaChain-v0"
 
   @property
   def default_params(self) -> UmbrellaParams:
@@ -170,15 +168,12 @@ class UmbrellaChain(base.CreditEnv, gx_umbrella.UmbrellaChain):
 class MemoryChain(base.CreditEnv, gx_memory.MemoryChain):
   """bsuite's MemoryChain (memory_len): see the module docstring."""
 
+  name = "bsuite/MemoryChain-v0"
   deterministic_transitions = True   # step_env ignores its key
 
   def __init__(self, num_bits: int = 1):
     gx_memory.MemoryChain.__init__(self, base.check_int("num_bits", num_bits, minimum=1))
     self.obs_shape = (self.num_bits + 2,)
-
-  @property
-  def name(self) -> str:
-    return "bsuite/MemoryChain-v0"
 
   @property
   def default_params(self) -> MemoryParams:
@@ -241,6 +236,7 @@ class DiscountingChain(base.CreditEnv, gx_discounting.DiscountingChain):
       100) by default.
   """
 
+  name = "bsuite/DiscountingChain-v0"
   deterministic_transitions = True   # step_env ignores its key
 
   def __init__(self, reward_horizons: Sequence[int] = BSUITE_HORIZONS):
@@ -252,10 +248,6 @@ class DiscountingChain(base.CreditEnv, gx_discounting.DiscountingChain):
     self.reward_horizons = horizons
     self.episode_len = max(horizons)
     self.obs_shape = (2,)
-
-  @property
-  def name(self) -> str:
-    return "bsuite/DiscountingChain-v0"
 
   @property
   def default_params(self) -> DiscountingParams:

@@ -107,6 +107,7 @@ class ConveyorTreasureParams(environment.EnvParams):
 class ConveyorTreasure(Corridor):
   """ConveyorTreasure-v0. See the module docstring."""
 
+  name = "ConveyorTreasure-v0"
   deterministic_transitions = False   # apple values come from the step's key
   CONTENTS = (APPLE_LEFT, APPLE_RIGHT, KEY, DOOR, TREASURE)
 
@@ -120,10 +121,6 @@ class ConveyorTreasure(Corridor):
 
   # The observation's discrete parts (content one-hot, keys one-hot), for table policies.
   onehot_groups = ((1, 1 + NUM_CONTENTS), (1 + NUM_CONTENTS, 3 + NUM_CONTENTS))
-
-  @property
-  def name(self) -> str:
-    return "ConveyorTreasure-v0"
 
   @property
   def default_params(self) -> ConveyorTreasureParams:

@@ -56,6 +56,9 @@ class GoalGridParams(environment.EnvParams):
 class GoalGrid(goal.GoalEnvMixin, base.CreditEnv):
   """GoalGrid-v0. See the module docstring."""
 
+  name = "GoalGrid-v0"
+  num_actions = 4
+
   def __init__(self, size: int = 7,
                targets: Sequence[Sequence[int]] | str | None = None,
                observation: str = "onehot"):
@@ -92,14 +95,6 @@ class GoalGrid(goal.GoalEnvMixin, base.CreditEnv):
     self.goal_shape = (2,)
     self.goal_obs_size = 2 if observation == "coords" else self.size * self.size
     self.obs_shape = (2 * self.goal_obs_size,)
-
-  @property
-  def name(self) -> str:
-    return "GoalGrid-v0"
-
-  @property
-  def num_actions(self) -> int:
-    return 4
 
   @property
   def default_params(self) -> GoalGridParams:

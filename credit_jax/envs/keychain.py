@@ -153,6 +153,7 @@ class KeyChainParams(environment.EnvParams):
 class KeyChain(base.CreditEnv):
   """KeyChain-v0. See the module docstring for the task, observation and oracle."""
 
+  name = "KeyChain-v0"
   deterministic_transitions = True  # step_env ignores its key
 
   def __init__(self, horizon: int = 100, num_pivotal: int = 3, num_actions: int = 4,
@@ -223,10 +224,6 @@ class KeyChain(base.CreditEnv):
     self.obs_shape = (self.observation_layout["time"][1],)
     # Seeds are drawn only for the switches that hash per step.
     self._seeded = self.distractor_cues or self._noise_std > 0.0
-
-  @property
-  def name(self) -> str:
-    return "KeyChain-v0"
 
   @property
   def num_actions(self) -> int:

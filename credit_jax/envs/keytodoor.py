@@ -101,6 +101,8 @@ def _noise_unit(seed, t):
 class KeyToDoor(base.CreditEnv):
   """KeyToDoor-v0. See the module docstring for the task, observation and info."""
 
+  name = "KeyToDoor-v0"
+  num_actions = 4
   deterministic_transitions = True  # step_env ignores its key; the noise is per episode
 
   def __init__(self, room_size: int = 3, key_phase: int = 4, door_phase: int = 4,
@@ -125,14 +127,6 @@ class KeyToDoor(base.CreditEnv):
         nr, nc = min(max(r + dr, 0), w - 1), min(max(c + dc, 0), w - 1)
         table[cell, a] = nr * w + nc
     self._move_table = jnp.asarray(table)
-
-  @property
-  def name(self) -> str:
-    return "KeyToDoor-v0"
-
-  @property
-  def num_actions(self) -> int:
-    return 4
 
   @property
   def max_episode_length(self) -> int:

@@ -103,12 +103,10 @@ class Corridor(base.CreditEnv):
   apple. Its state has `time`, `has_key` and `door_open`; its params `treasure_reward`
   and `reward_scale`.
   """
+
+  num_actions = 4
   CONTENTS: Tuple[int, int, int, int, int]
   length: int
-
-  @property
-  def num_actions(self) -> int:
-    return 4
 
   def validate_params(self, params) -> None:
     """The base checks, and every reward parameter a finite number (any sign)."""
@@ -176,6 +174,7 @@ class Corridor(base.CreditEnv):
 class LinearKeyToDoor(Corridor):
   """LinearKeyToDoor-v0. See the module docstring for the task, observation and info."""
 
+  name = "LinearKeyToDoor-v0"
   deterministic_transitions = True  # step_env ignores its key; the layout is per episode
   CONTENTS = (APPLE_A, APPLE_B, KEY, DOOR, TREASURE)
 
@@ -184,10 +183,6 @@ class LinearKeyToDoor(Corridor):
     self.length = base.check_int("length", length, minimum=3, maximum=base.MAX_STEPS)
     self.horizon = self.length
     self.obs_shape = (NUM_CONTENTS + 2,)
-
-  @property
-  def name(self) -> str:
-    return "LinearKeyToDoor-v0"
 
   # The observation's discrete parts (content one-hot, key flag), for table policies.
   onehot_groups = ((0, NUM_CONTENTS), (NUM_CONTENTS, NUM_CONTENTS + 1))

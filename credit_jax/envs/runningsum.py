@@ -88,6 +88,7 @@ def check_step(terms: jax.Array, pointer: jax.Array, claimed: jax.Array,
 class RunningSum(base.CreditEnv):
   """RunningSum-v0. See the module docstring for the task, actions and ground truth."""
 
+  name = "RunningSum-v0"
   deterministic_transitions = True  # step_env ignores its key
 
   def __init__(self, num_terms: int = 4, modulus: int = 4, horizon: int = 16,
@@ -98,10 +99,6 @@ class RunningSum(base.CreditEnv):
     self.horizon = base.check_int("horizon", horizon, minimum=self.num_terms)
     self.time_limit_terminates = bool(time_limit_terminates)
     self.obs_shape = (2 * self.modulus + 2,)
-
-  @property
-  def name(self) -> str:
-    return "RunningSum-v0"
 
   @property
   def num_actions(self) -> int:

@@ -65,6 +65,7 @@ class TextEditParams(environment.EnvParams):
 class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
   """TextEdit-v0. See the module docstring."""
 
+  name = "TextEdit-v0"
   deterministic_transitions = True  # step_env ignores its key
 
   def __init__(self, buffer_len: int = 8, vocab_size: int = 4, start_len: int = 6,
@@ -91,10 +92,6 @@ class TextEdit(goal.GoalEnvMixin, base.CreditEnv):
     self.goal_shape = (self.buffer_len,)
     self.goal_obs_size = self.buffer_len * self.vocab_size
     self.obs_shape = (2 * self.goal_obs_size + self.buffer_len + 1,)
-
-  @property
-  def name(self) -> str:
-    return "TextEdit-v0"
 
   @property
   def num_actions(self) -> int:

@@ -133,6 +133,7 @@ class ToolEnv(base.CreditEnv):
   `_oracle_call(task, progress) -> [call_len]` (the true arguments of step progress+1).
   """
 
+  num_actions = VOCAB_SIZE
   deterministic_transitions = True   # step_env ignores its key
   obs_shape = (2,)
   tool_token: int
@@ -150,10 +151,6 @@ class ToolEnv(base.CreditEnv):
     self.oracle_tokens = (self.prompt_len + self.num_turns * self.turn_tokens
                           + self.answer_len + 2)
     self.oracle_steps = self.oracle_tokens - 1   # BOS comes with the reset
-
-  @property
-  def num_actions(self) -> int:
-    return VOCAB_SIZE
 
   @property
   def default_params(self) -> ToolParams:

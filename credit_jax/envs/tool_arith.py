@@ -64,6 +64,7 @@ class ToolArith(tokens.ToolEnv):
   [k + 1]}` int32, `chain[i] = v_i`.
   """
 
+  name = "ToolArith-v0"
   tool_token = tokens.CALC
 
   def __init__(self, num_turns: int = 2, num_digits: int = 1, step_index: bool = False):
@@ -80,10 +81,6 @@ class ToolArith(tokens.ToolEnv):
     self.out_size = d + 1 + tag
     self.prompt_len = 3 + d + self.num_turns * (1 + d + tag)
     self._finish_init()
-
-  @property
-  def name(self) -> str:
-    return "ToolArith-v0"
 
   def _sample_task(self, key: jax.Array, split: jax.Array) -> Tuple[Any, jax.Array]:
     k, m = self.num_turns, self.modulus

@@ -48,6 +48,7 @@ class ToolLookup(tokens.ToolEnv):
   (0..15), `N = k + 1 + k * num_distractors`, chain entries first.
   """
 
+  name = "ToolLookup-v0"
   tool_token = tokens.LOOKUP
 
   def __init__(self, num_turns: int = 2, key_len: int = 2, num_distractors: int = 2):
@@ -66,10 +67,6 @@ class ToolLookup(tokens.ToolEnv):
     self.out_size = self.key_len + 1
     self.prompt_len = self.key_len + 7
     self._finish_init()
-
-  @property
-  def name(self) -> str:
-    return "ToolLookup-v0"
 
   def _symbols(self, code: jax.Array) -> jax.Array:
     """[...] codes in [0, 16**L) -> [..., L] symbols, most significant first."""
