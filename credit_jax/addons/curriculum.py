@@ -43,7 +43,7 @@ import numpy as np
 from flax import struct
 
 from credit_jax import envs
-from credit_jax.config import ConfigError, require
+from credit_jax.config import ConfigError, require, require_one_of, require_range
 from credit_jax.addons import hooks
 from credit_jax.envs import base, keychain
 
@@ -80,14 +80,13 @@ def validate(config, critic: bool = False) -> None:
   need."""
   if not enabled(config):
     if config.get("curriculum") is not None:
-      require(config.curriculum.kind in KINDS, "curriculum.kind",
-                     f"must be one of {KINDS}, got {config.curriculum.kind!r}")
+      require_one_of(config.curriculum.kind, "curriculum.kind", KINDS)
     return
   cc, req = config.curriculum, require
   from credit_jax import episodes
   req(episodes.has_success(config), "curriculum.kind",
       f"a curriculum is gated and scored by success; {config.env_name} has none")
-  req(cc.kind in KINDS, "curriculum.kind", f"must be one of {KINDS}, got {cc.kind!r}")
+  require_one_of(cc.kind, "curriculum.kind", KINDS)
   values = tuple(cc.stages)
   req(len(values) >= 1, "curriculum.stages", "needs at least one value")
   if cc.kind == "fixed":
@@ -96,13 +95,13 @@ def validate(config, critic: bool = False) -> None:
         f"{tuple(cc.stage_updates)}")
     req(all(int(u) >= 0 for u in cc.stage_updates), "curriculum.stage_updates",
         "must be >= 0")
-  req(0.0 <= cc.threshold <= 1.0, "curriculum.threshold", f"must lie in [0, 1], got {cc.threshold}")
-  req(int(cc.window) >= 1, "curriculum.window", f"must be >= 1, got {cc.window}")
+  require_range(cc, "threshold", 0.0, 1.0, prefix="curriculum.")
+  require_range(cc, "window", 1, prefix="curriculum.")
   req(cc.plr_temperature > 0.0, "curriculum.plr_temperature", "must be > 0")
   req(0.0 <= cc.plr_explore <= 1.0, "curriculum.plr_explore", "must lie in [0, 1]")
   req(0.0 < cc.plr_ema <= 1.0, "curriculum.plr_ema", "must lie in (0, 1]")
   score = str(cc.get("plr_score", "learnability"))
-  req(score in _SCORES, "curriculum.plr_score", f"must be one of {_SCORES}, got {score!r}")
+  require_one_of(score, "curriculum.plr_score", _SCORES)
   req(score == "learnability" or critic, "curriculum.plr_score",
       f"{score!r} scores a level by its value loss and needs a critic (use PPO), "
       f"this recipe has none; use 'learnability'")

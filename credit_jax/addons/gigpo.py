@@ -55,7 +55,7 @@ import ml_collections
 
 from credit_jax import returns
 from credit_jax.addons import hooks, step_states
-from credit_jax.config import require
+from credit_jax.config import require, require_one_of, require_range
 
 __all__ = ["add_config", "anchor_advantages", "anchor_groups", "AnchorGroups", "ANCHORS",
            "gigpo_advantages", "GigpoFeature", "KINDS", "METHODS", "state_words"]
@@ -385,16 +385,11 @@ class GigpoFeature(hooks.Feature):
     require(recipe.rollout == hooks.GROUPS, "gigpo.enabled",
             f"anchor groups compare the K trajectories of a task group: the {recipe.name} "
             f"recipe's rollout is {recipe.rollout!r}, not groups")
-    require(g.anchor in ANCHORS, "gigpo.anchor", f"must be one of {ANCHORS}, got "
-            f"{g.anchor!r}")
-    require(g.kind in KINDS, "gigpo.kind",
-            f"must be one of {KINDS}, got {g.kind!r}")
-    require(g.method in METHODS, "gigpo.method",
-            f"must be one of {METHODS}, got {g.method!r}")
-    require(float(g.step_weight) >= 0.0, "gigpo.step_weight",
-            f"must be >= 0, got {g.step_weight}")
-    require(0.0 <= float(g.gamma) <= 1.0, "gigpo.gamma",
-            f"must lie in [0, 1], got {g.gamma}")
+    require_one_of(g.anchor, "gigpo.anchor", ANCHORS)
+    require_one_of(g.kind, "gigpo.kind", KINDS)
+    require_one_of(g.method, "gigpo.method", METHODS)
+    require_range(g, "step_weight", 0.0, prefix="gigpo.")
+    require_range(g, "gamma", 0.0, 1.0, prefix="gigpo.")
 
   def wrap_env(self, config, env, env_params):
     if config.gigpo.anchor == "state":

@@ -49,7 +49,7 @@ import optax
 from credit_jax import diagnostics, returns
 from credit_jax.addons import contributions as cb
 from credit_jax.addons import hooks
-from credit_jax.config import require
+from credit_jax.config import require, require_range
 from credit_jax.nets import tabular as nets_tabular
 from credit_jax.nets.credit_models import (GatedHindsightModel, HindsightModel,
                                            TabularHindsightModel)
@@ -269,9 +269,8 @@ class _HindsightFeature(hooks.Feature):
 
   def validate(self, config, recipe: hooks.Recipe) -> None:
     h = config[self.kind]
-    require(int(h.train_steps) >= 1, f"{self.kind}.train_steps",
-            f"must be >= 1, got {h.train_steps}")
-    require(float(h.lr) > 0, f"{self.kind}.lr", f"must be > 0, got {h.lr}")
+    require_range(h, "train_steps", 1, prefix=f"{self.kind}.")
+    require_range(h, "lr", 0.0, strict=True, prefix=f"{self.kind}.")
     require(h.get("model", "mlp") in MODELS, f"{self.kind}.model",
             f"must be one of {MODELS}, got {h.get('model')!r}")
     require(h.get("model", "mlp") != "tabular" or self.kind == "cocoa",

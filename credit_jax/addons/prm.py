@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from credit_jax.addons import hooks
-from credit_jax.config import require
+from credit_jax.config import require, require_one_of, require_range
 # The labels and the model live in their own modules; their names are part of `prm`.
 from credit_jax.addons.prm_labels import (analytic_uniform_success, demo_data, demo_policy,
                                           mc_labels, policy_mc_labels, run_episodes,
@@ -85,17 +85,15 @@ def default_config() -> ml_collections.ConfigDict:
   return c
 
 
-def validate_config(prm_config, require: Callable) -> None:
-  """Checks the `config.prm` block with `require(cond, field, message)`."""
+def validate_config(prm_config) -> None:
+  """Checks the `config.prm` block; raises `ConfigError` naming the first bad field."""
   p = prm_config
-  require(p.form in _FORMS, "prm.form", f"must be one of {_FORMS}, got {p.form!r}")
-  require(p.labels in LABELS, "prm.labels", f"must be one of {LABELS}, got {p.labels!r}")
-  require(p.retrain_labels in _RETRAIN_LABELS, "prm.retrain_labels",
-          f"must be one of {_RETRAIN_LABELS}, got {p.retrain_labels!r}")
-  require(p.tau > 0, "prm.tau", f"must be > 0, got {p.tau}")
-  for f in ("mc_rollouts", "demo_episodes", "train_steps", "batch_size",
-            "retrain_steps", "retrain_mc_states"):
-    require(int(p[f]) >= 1, f"prm.{f}", f"must be >= 1, got {p[f]}")
+  require_one_of(p.form, "prm.form", _FORMS)
+  require_one_of(p.labels, "prm.labels", LABELS)
+  require_one_of(p.retrain_labels, "prm.retrain_labels", _RETRAIN_LABELS)
+  require_range(p, "tau", 0.0, strict=True, prefix="prm.")
+  require_range(p, ("mc_rollouts", "demo_episodes", "train_steps", "batch_size",
+                    "retrain_steps", "retrain_mc_states"), 1, prefix="prm.")
   require(int(p.retrain_every) >= 0, "prm.retrain_every", "must be >= 0")
   for f in ("demo_correct", "demo_pad", "demo_style_good", "demo_style_bad"):
     require(0.0 <= p[f] <= 1.0, f"prm.{f}", f"must be in [0, 1], got {p[f]}")
@@ -319,7 +317,7 @@ class PrmFeature(hooks.Feature):
   traced = ("weight", "outcome_weight")
 
   def validate(self, config, recipe: hooks.Recipe) -> None:
-    validate_config(config.prm, require)
+    validate_config(config.prm)
     if recipe.rollout == hooks.CONTINUING:
       kind = str(config.get("network", {}).get("kind", "mlp"))
       require(kind == "mlp", "network.kind", f"PRM shaping needs 'mlp', got {kind!r}")

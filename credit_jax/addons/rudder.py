@@ -76,7 +76,7 @@ from credit_jax import diagnostics, envs, replay, returns
 from credit_jax.addons import hooks
 # The learned-credit estimators share one check of their [T, B] inputs.
 from credit_jax.addons.contributions import check_shape, check_time_batch
-from credit_jax.config import require
+from credit_jax.config import require, require_range
 from credit_jax.nets.credit_models import ReturnPredictor
 from credit_jax.types import Trajectory
 
@@ -470,12 +470,11 @@ class RudderFeature(hooks.Feature):
             f"in the {recipe.name} recipe RUDDER scores each step by its redistributed "
             f"return-to-go, which PRM shaping's rewritten episode scores (prm.enabled) "
             f"would contradict; turn one off")
-    for f in ("hidden_size", "train_steps", "replay_episodes"):
-      require(int(r[f]) >= 1, f"rudder.{f}", f"must be >= 1, got {r[f]}")
-    require(int(r.capacity) >= 2, "rudder.capacity", f"must be >= 2, got {r.capacity}")
-    require(float(r.lr) > 0, "rudder.lr", f"must be > 0, got {r.lr}")
-    require(float(r.aux_weight) >= 0, "rudder.aux_weight",
-            f"must be >= 0, got {r.aux_weight}")
+    require_range(r, ("hidden_size", "train_steps", "replay_episodes"), 1,
+                  prefix="rudder.")
+    require_range(r, "capacity", 2, prefix="rudder.")
+    require_range(r, "lr", 0.0, strict=True, prefix="rudder.")
+    require_range(r, "aux_weight", 0.0, prefix="rudder.")
     require(int(config.get("history_window", 0) or 0) == 0, "history_window",
             "the predictor reads the observations as the environment gives them")
     try:

@@ -54,7 +54,7 @@ import numpy as np
 
 from credit_jax import baselines, rollout
 from credit_jax.addons import hooks
-from credit_jax.config import require
+from credit_jax.config import require, require_one_of
 from credit_jax.envs.base import check_int
 from credit_jax.types import SequencePolicy, Trajectory
 
@@ -233,8 +233,7 @@ class TreeFeature(hooks.Feature):
     require(int(config.group_size) == leaves, "group_size",
             f"a tree of branch {t.branch} and {len(steps)} branch steps has {leaves} "
             f"leaves; group_size is {config.group_size}")
-    require(t.kind in baselines.KINDS, "tree.kind",
-            f"must be one of {baselines.KINDS}, got {t.kind!r}")
+    require_one_of(t.kind, "tree.kind", baselines.KINDS)
 
   def bind(self, context: hooks.Context) -> hooks.Bound:
     return _TreeBound(context.config)

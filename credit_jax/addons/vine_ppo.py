@@ -65,7 +65,7 @@ import numpy as np
 from credit_jax import returns as returns_lib
 from credit_jax import rollout
 from credit_jax.addons import hooks, step_states
-from credit_jax.config import require
+from credit_jax.config import require, require_range
 from credit_jax.envs.base import check_int
 from credit_jax.types import PolicyState, PresampledPolicy, SequencePolicy, Trajectory
 
@@ -302,10 +302,7 @@ class VineFeature(hooks.Feature):
   estimator = True
 
   def validate(self, config, recipe: hooks.Recipe) -> None:
-    require(int(config.vine.num_vines) >= 1, "vine.num_vines",
-            f"must be >= 1, got {config.vine.num_vines}")
-    require(int(config.vine.every) >= 1, "vine.every",
-            f"must be >= 1, got {config.vine.every}")
+    require_range(config.vine, ("num_vines", "every"), 1, prefix="vine.")
     require(int(config.get("history_window", 0) or 0) == 0, "history_window",
             "vines restart the environment state, and a history window lives outside it")
     if recipe.rollout == hooks.CONTINUING:

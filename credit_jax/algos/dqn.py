@@ -111,15 +111,12 @@ def default_config() -> ml_collections.ConfigDict:
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first DQN-specific field that cannot run."""
   req = train_lib.require
-  for f in ("num_envs", "horizon", "num_updates", "buffer_size", "batch_size",
-            "grad_steps", "eval_envs", "her_k"):
-    req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
-  req(config.her_strategy in relabel.STRATEGIES, "her_strategy",
-      f"must be one of {relabel.STRATEGIES}, got {config.her_strategy!r}")
+  train_lib.require_range(config, ("num_envs", "horizon", "num_updates", "buffer_size",
+                                   "batch_size", "grad_steps", "eval_envs", "her_k"), 1)
+  train_lib.require_one_of(config.her_strategy, "her_strategy", relabel.STRATEGIES)
   req(config.buffer_size >= config.batch_size, "buffer_size",
       f"{config.buffer_size} is smaller than batch_size={config.batch_size}")
-  req(0.0 <= config.gamma <= 1.0, "gamma", f"must lie in [0, 1], got {config.gamma}")
-  req(0.0 <= config.epsilon <= 1.0, "epsilon", f"must lie in [0, 1], got {config.epsilon}")
+  train_lib.require_range(config, ("gamma", "epsilon"), 0.0, 1.0)
   req(0.0 < config.target_tau <= 1.0, "target_tau",
       f"must lie in (0, 1], got {config.target_tau}")
   req(-1.0 <= config.get("reward_offset", 0.0) <= 0.0, "reward_offset",
@@ -152,9 +149,7 @@ def validate_relabel_fields(config, allow_plain: bool = False) -> None:
   `allow_plain`: a non-goal environment is accepted when `relabel_weight` is 0 (DQN
   without relabeling)."""
   req = train_lib.require
-  req(config.relabel_weight >= 0.0, "relabel_weight",
-      f"must be >= 0, got {config.relabel_weight}")
-  req(config.relabel_ramp >= 0.0, "relabel_ramp", f"must be >= 0, got {config.relabel_ramp}")
+  train_lib.require_range(config, ("relabel_weight", "relabel_ramp"), 0.0)
   req(0.0 <= config.success_ema < 1.0, "success_ema",
       f"must lie in [0, 1), got {config.success_ema}")
   req(int(config.history_window) == 0, "history_window",

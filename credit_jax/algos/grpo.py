@@ -113,18 +113,15 @@ def validate_fields(config) -> None:
   req = train_lib.require
   req(int(config.group_size) >= 2, "group_size",
       f"a group needs at least 2 rollouts to compare, got {config.group_size}")
-  for f in ("num_tasks", "horizon", "num_updates", "update_epochs", "num_minibatches"):
-    req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
+  train_lib.require_range(config, ("num_tasks", "horizon", "num_updates", "update_epochs",
+                                   "num_minibatches"), 1)
   req(config.num_tasks % config.num_minibatches == 0, "num_minibatches",
       f"num_tasks={config.num_tasks} is not divisible by num_minibatches="
       f"{config.num_minibatches} (minibatches split whole groups)")
-  req(config.advantage in ADVANTAGES, "advantage",
-      f"must be one of {ADVANTAGES}, got {config.advantage!r}")
-  req(config.loss_aggregation in AGGREGATIONS, "loss_aggregation",
-      f"must be one of {AGGREGATIONS}, got {config.loss_aggregation!r}")
-  req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
-  for f in ("ent_coef", "kl_coef"):
-    req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+  train_lib.require_one_of(config.advantage, "advantage", ADVANTAGES)
+  train_lib.require_one_of(config.loss_aggregation, "loss_aggregation", AGGREGATIONS)
+  train_lib.require_range(config, "clip_eps", 0.0, strict=True)
+  train_lib.require_range(config, ("ent_coef", "kl_coef"), 0.0)
   # Recipes built on these fields (grpo_relabel, search_then_train) run MLPs only.
   train_lib.validate_network(config, config.get("algo", "grpo") == "grpo")
 

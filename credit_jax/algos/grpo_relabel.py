@@ -91,17 +91,16 @@ def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first recipe-specific field that cannot run."""
   grpo.validate_fields(config)
   req = train_lib.require
-  req(config.relabel in MODES, "relabel", f"must be one of {MODES}, got {config.relabel!r}")
+  train_lib.require_one_of(config.relabel, "relabel", MODES)
   req(config.relabel_strategy in ("final", "episode"), "relabel_strategy",
       f"on-policy relabeling needs whole episodes: 'final' or 'episode', got "
       f"{config.relabel_strategy!r}")
-  req(int(config.relabel_goals) >= 1, "relabel_goals",
-      f"must be >= 1, got {config.relabel_goals}")
+  train_lib.require_range(config, "relabel_goals", 1)
   req(config.loss_aggregation == "token_mean", "loss_aggregation",
       f"the relabeling recipe uses a weighted token mean, got {config.loss_aggregation!r}")
   req(not config.use_reference_kl, "use_reference_kl",
       "no reference-KL term in the relabeling recipe")
-  req(config.rho_clip > 0.0, "rho_clip", f"must be > 0, got {config.rho_clip}")
+  train_lib.require_range(config, "rho_clip", 0.0, strict=True)
   dqn.validate_relabel_fields(config)
 
 

@@ -91,20 +91,17 @@ def validate_fields(config) -> None:
       f"the manager picks grid cells: GoalGrid-v0 only, got {config.env_name!r}")
   req(int(config.group_size) >= 2, "group_size",
       f"the manager's leave-one-out baseline needs >= 2 episodes, got {config.group_size}")
-  for f in ("num_tasks", "horizon", "num_updates", "update_epochs", "num_minibatches",
-            "segment_length", "subgoal_stride"):
-    req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
+  train_lib.require_range(config, ("num_tasks", "horizon", "num_updates", "update_epochs",
+                                   "num_minibatches", "segment_length", "subgoal_stride"), 1)
   req(config.horizon % config.segment_length == 0, "segment_length",
       f"must divide horizon={config.horizon}, got {config.segment_length}")
   req(config.num_tasks % config.num_minibatches == 0, "num_minibatches",
       f"num_tasks={config.num_tasks} is not divisible by num_minibatches="
       f"{config.num_minibatches}")
-  req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
-  req(config.ent_coef >= 0.0, "ent_coef", f"must be >= 0, got {config.ent_coef}")
-  req(0.0 <= config.manager_gamma <= 1.0, "manager_gamma",
-      f"must lie in [0, 1], got {config.manager_gamma}")
-  req(config.relabel_weight >= 0.0, "relabel_weight",
-      f"must be >= 0, got {config.relabel_weight}")
+  train_lib.require_range(config, "clip_eps", 0.0, strict=True)
+  train_lib.require_range(config, "ent_coef", 0.0)
+  train_lib.require_range(config, "manager_gamma", 0.0, 1.0)
+  train_lib.require_range(config, "relabel_weight", 0.0)
   req(int(config.history_window) == 0, "history_window", "the worker sees no history")
   req(str(config.network.get("kind", "mlp")) == "mlp", "network.kind", "MLPs only")
 

@@ -112,8 +112,8 @@ def num_updates(config) -> int:
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first PPO-specific field that cannot run."""
   req = train_lib.require
-  for f in ("num_envs", "num_steps", "update_epochs", "num_minibatches"):
-    req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
+  train_lib.require_range(config, ("num_envs", "num_steps", "update_epochs",
+                                   "num_minibatches"), 1)
   batch = config.num_envs * config.num_steps
   req(batch % config.num_minibatches == 0, "num_minibatches",
       f"batch num_envs * num_steps = {config.num_envs} * {config.num_steps} = {batch} is "
@@ -121,20 +121,14 @@ def validate_fields(config) -> None:
   req(num_updates(config) >= 1, "total_timesteps",
       f"{config.total_timesteps} is less than one update of num_envs * num_steps = "
       f"{batch} steps")
-  req(0.0 <= config.gamma <= 1.0, "gamma", f"must lie in [0, 1], got {config.gamma}")
-  req(0.0 <= config.gae_lambda <= 1.0, "gae_lambda",
-      f"must lie in [0, 1], got {config.gae_lambda}")
+  train_lib.require_range(config, ("gamma", "gae_lambda"), 0.0, 1.0)
   req(config.gae_method in ("scan", "associative", "auto"), "gae_method",
       f"must be scan, associative or auto, got {config.gae_method!r}")
-  req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
-  for f in ("ent_coef", "vf_coef"):
-    req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+  train_lib.require_range(config, "clip_eps", 0.0, strict=True)
+  train_lib.require_range(config, ("ent_coef", "vf_coef"), 0.0)
   kind = train_lib.network_kind(config)
-  req(kind in train_lib.NETWORK_KINDS, "network.kind",
-      f"must be one of {train_lib.NETWORK_KINDS}, got {kind!r}")
-  rollout_kind = str(config.get("rollout", "continuing"))
-  req(rollout_kind in ROLLOUTS, "rollout", f"must be one of {ROLLOUTS}, got "
-      f"{rollout_kind!r}")
+  train_lib.require_one_of(kind, "network.kind", train_lib.NETWORK_KINDS)
+  train_lib.require_one_of(str(config.get("rollout", "continuing")), "rollout", ROLLOUTS)
   ppo_agent.validate_fields(config)
   on = features_lib.enabled(config)
   if ppo_agent.critic_oracle(config):

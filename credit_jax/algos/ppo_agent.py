@@ -115,8 +115,7 @@ def validate_fields(config) -> None:
     req(int(config.num_steps) % int(chunk) == 0, "network.bptt_chunk",
         f"must divide num_steps={config.num_steps}, got {chunk}")
   raw = net.get("critic_kind", "same")
-  req(raw in CRITIC_KINDS, "network.critic_kind",
-      f"must be one of {CRITIC_KINDS}, got {raw!r}")
+  train_lib.require_one_of(raw, "network.critic_kind", CRITIC_KINDS)
   oracle = net.get("critic_oracle", False)
   req(isinstance(oracle, (bool, np.bool_)), "network.critic_oracle",
       f"must be True or False, got {oracle!r}")

@@ -93,19 +93,14 @@ def default_config() -> ml_collections.ConfigDict:
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first REINFORCE-specific field that cannot run."""
   req = train_lib.require
-  req(config.credit in _CREDITS, "credit", f"must be one of {_CREDITS}, got {config.credit!r}")
-  req(config.baseline in BASELINES, "baseline",
-      f"must be one of {BASELINES}, got {config.baseline!r}")
-  for f in ("num_envs", "horizon", "num_updates"):
-    req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
+  train_lib.require_one_of(config.credit, "credit", _CREDITS)
+  train_lib.require_one_of(config.baseline, "baseline", BASELINES)
+  train_lib.require_range(config, ("num_envs", "horizon", "num_updates"), 1)
   req(config.baseline != "mean" or config.num_envs >= 2, "num_envs",
       f"baseline='mean' is a leave-one-out mean and needs num_envs >= 2, got "
       f"{config.num_envs}")
-  req(0.0 <= config.gamma <= 1.0, "gamma", f"must lie in [0, 1], got {config.gamma}")
-  req(0.0 <= config.gae_lambda <= 1.0, "gae_lambda",
-      f"must lie in [0, 1], got {config.gae_lambda}")
-  for f in ("ent_coef", "vf_coef"):
-    req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
+  train_lib.require_range(config, ("gamma", "gae_lambda"), 0.0, 1.0)
+  train_lib.require_range(config, ("ent_coef", "vf_coef"), 0.0)
   eps = float(config.get("explore_epsilon", 0.0))
   req(0.0 <= eps < 1.0, "explore_epsilon", f"must lie in [0, 1), got {eps}")
   req(eps == 0.0 or train_lib.flat_network(config), "explore_epsilon",

@@ -82,16 +82,14 @@ def validate_fields(config) -> None:
       f"must be >= 0 (0: never search), got {config.search_every}")
   req(1 <= int(config.search_tasks) <= int(config.num_tasks), "search_tasks",
       f"must lie in [1, num_tasks={config.num_tasks}], got {config.search_tasks}")
-  req(int(config.search_simulations) >= 1, "search_simulations",
-      f"must be >= 1, got {config.search_simulations}")
+  train_lib.require_range(config, "search_simulations", 1)
   req(config.search_selection in ("puct", "ucb1"), "search_selection",
       f"must be 'puct' or 'ucb1', got {config.search_selection!r}")
   req(config.search_rollout in ("greedy", "sample"), "search_rollout",
       f"must be 'greedy' or 'sample', got {config.search_rollout!r}")
   req(0.0 <= config.search_weight <= 1.0, "search_weight",
       f"the weight of a searched episode is bounded to [0, 1], got {config.search_weight}")
-  req(config.search_exploration >= 0.0, "search_exploration",
-      f"must be >= 0, got {config.search_exploration}")
+  train_lib.require_range(config, "search_exploration", 0.0)
 
 
 def validate_config(config, features=()) -> None:

@@ -141,35 +141,28 @@ def default_config() -> ml_collections.ConfigDict:
 def validate_fields(config) -> None:
   """Raises `ConfigError` naming the first field of this recipe that cannot run."""
   req = train_lib.require
-  req(config.estimator in ESTIMATORS, "estimator",
-      f"must be one of {ESTIMATORS}, got {config.estimator!r}")
+  train_lib.require_one_of(config.estimator, "estimator", ESTIMATORS)
   req(int(config.group_size) >= (1 if config.estimator == "ppo" else 2), "group_size",
       f"must be >= 2 for a group baseline (>= 1 for ppo), got {config.group_size}")
-  for f in ("num_tasks", "num_updates", "update_epochs", "num_minibatches", "sft_batch",
-            "eval_episodes"):
-    req(int(config[f]) >= 1, f, f"must be >= 1, got {config[f]}")
-  req(int(config.sft_steps) >= 0, "sft_steps", f"must be >= 0, got {config.sft_steps}")
+  train_lib.require_range(config, ("num_tasks", "num_updates", "update_epochs",
+                                   "num_minibatches", "sft_batch", "eval_episodes"), 1)
+  train_lib.require_range(config, "sft_steps", 0)
   req(config.num_tasks % config.num_minibatches == 0, "num_minibatches",
       f"num_tasks={config.num_tasks} is not divisible by num_minibatches="
       f"{config.num_minibatches}")
-  req(config.loss_aggregation in AGGREGATIONS, "loss_aggregation",
-      f"must be one of {AGGREGATIONS}, got {config.loss_aggregation!r}")
-  req(config.clip_eps > 0.0, "clip_eps", f"must be > 0, got {config.clip_eps}")
-  for f in ("ent_coef", "kl_coef", "vf_coef", "prm_weight", "turn_weight", "sft_lr",
-            "target_kl"):
-    req(config[f] >= 0.0, f, f"must be >= 0, got {config[f]}")
-  for f in ("gamma", "gae_lambda"):
-    req(0.0 <= config[f] <= 1.0, f, f"must lie in [0, 1], got {config[f]}")
+  train_lib.require_one_of(config.loss_aggregation, "loss_aggregation", AGGREGATIONS)
+  train_lib.require_range(config, "clip_eps", 0.0, strict=True)
+  train_lib.require_range(config, ("ent_coef", "kl_coef", "vf_coef", "prm_weight",
+                                   "turn_weight", "sft_lr", "target_kl"), 0.0)
+  train_lib.require_range(config, ("gamma", "gae_lambda"), 0.0, 1.0)
   net = config.network
-  for f in ("d_model", "num_heads", "num_layers", "mlp_ratio"):
-    req(int(net[f]) >= 1, f"network.{f}", f"must be >= 1, got {net[f]}")
+  train_lib.require_range(net, ("d_model", "num_heads", "num_layers", "mlp_ratio"), 1,
+                          prefix="network.")
   head = int(net.d_model) // max(int(net.num_heads), 1)
   req(net.d_model % net.num_heads == 0 and head % 2 == 0, "network.d_model",
       f"d_model={net.d_model} / num_heads={net.num_heads} must be an even whole number")
-  req(net.critic in CRITICS, "network.critic",
-      f"must be one of {CRITICS}, got {net.critic!r}")
-  req(config.turn_advantage in _TURN_ADVANTAGES, "turn_advantage",
-      f"must be one of {_TURN_ADVANTAGES}, got {config.turn_advantage!r}")
+  train_lib.require_one_of(net.critic, "network.critic", CRITICS)
+  train_lib.require_one_of(config.turn_advantage, "turn_advantage", _TURN_ADVANTAGES)
   req(config.turn_advantage == "none" or config.estimator != "ppo", "turn_advantage",
       "turn-level advantages are for the group estimators, not ppo")
   req(all(int(k) >= 1 for k in config.sft_turns), "sft_turns",

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from credit_jax.addons import features, hooks
-from credit_jax.config import ConfigError, require
+from credit_jax.config import ConfigError, require, require_one_of, require_range
 from credit_jax import envs, nets
 from credit_jax.envs.base import MAX_STEPS
 from credit_jax.algos.optim import (OPTIMIZERS, Optimizer, learning_rate,  # noqa: F401
@@ -108,14 +108,11 @@ def keychain_env(c: ml_collections.ConfigDict, horizon: int, num_pivotal: int,
 
 def _validate_shared(config) -> None:
   req = require
-  req(int(config.seeds) >= 1, "seeds", f"must be >= 1, got {config.seeds}")
+  require_range(config, "seeds", 1)
   optimizer = config.get("optimizer", "adam")
-  req(optimizer in OPTIMIZERS, "optimizer",
-      f"must be one of {OPTIMIZERS}, got {optimizer!r}")
+  require_one_of(optimizer, "optimizer", OPTIMIZERS)
   req(config.lr >= 0.0, "lr", f"learning rate must be >= 0, got {config.lr}")
-  req(config.max_grad_norm > 0.0, "max_grad_norm",
-      f"must be > 0, got {config.max_grad_norm}")
-  req(config.adam_eps > 0.0, "adam_eps", f"must be > 0, got {config.adam_eps}")
+  require_range(config, ("max_grad_norm", "adam_eps"), 0.0, strict=True)
   decay, momentum = config.get("weight_decay", 0.0), config.get("momentum", 0.0)
   req(decay >= 0.0 and (decay == 0.0 or optimizer == "adamw"), "weight_decay",
       f"must be >= 0, and 0 unless optimizer='adamw'; got {decay} with {optimizer!r}")
@@ -129,15 +126,13 @@ def _validate_shared(config) -> None:
       f"must be a non-empty list of positive ints, got {sizes}")
   req(config.network.activation in _ACTIVATIONS, "network.activation",
       f"must be tanh, relu, gelu or silu, got {config.network.activation!r}")
-  req(int(config.chunk_updates) >= 1, "chunk_updates",
-      f"must be >= 1, got {config.chunk_updates}")
+  require_range(config, "chunk_updates", 1)
   req(int(config.checkpoint_every) >= 0, "checkpoint_every",
       f"must be >= 0 (0: only at the end), got {config.checkpoint_every}")
   req(config.checkpoint_every % config.chunk_updates == 0, "checkpoint_every",
       f"{config.checkpoint_every} must be a multiple of chunk_updates="
       f"{config.chunk_updates} (checkpoints are taken between compiled chunks)")
-  req(int(config.keep_checkpoints) >= 1, "keep_checkpoints",
-      f"must be >= 1, got {config.keep_checkpoints}")
+  require_range(config, "keep_checkpoints", 1)
 
 
 def _validate_env(config):
@@ -479,8 +474,7 @@ def validate_network(config, sequence_ok: bool = True) -> None:
   """`config.network.kind` and a sequence network's fields; raises `ConfigError` naming
   the field. `sequence_ok=False`: the recipe runs memoryless policies only."""
   kind = network_kind(config)
-  require(kind in NETWORK_KINDS, "network.kind",
-          f"must be one of {NETWORK_KINDS}, got {kind!r}")
+  require_one_of(kind, "network.kind", NETWORK_KINDS)
   require(sequence_ok or kind in FLAT_KINDS, "network.kind",
           f"recipe {config.get('algo', '?')!r} runs memoryless policies only "
           f"{FLAT_KINDS}, got {kind!r}")
