@@ -335,62 +335,43 @@ def _scan(env, env_params, policy_fn, policy_params, key, env_state, obs, num_st
       info = {**info, "final_observation": obs_st}
       return next_obs, state, reward, terminated, truncated, info
 
-  if policy_state is not None:
-    return _sequence_scan(policy_fn, act, step, env_params, policy_params, env_state, obs,
-                          policy_state, policy_xs, env_xs, num_steps, batch, keep_states)
+  # A `SequencePolicy`'s `PolicyState` rides in the scan carry and is reset to the
+  # initial state after every step that ended an episode.
+  sequential = policy_state is not None
+  initial = initial_policy_state(policy_fn, batch) if sequential else None
 
   def body(carry, xs):
-    env_state, obs = carry
+    env_state, obs = carry[:2]
     policy_x, env_xs = xs
-    action, log_prob, extras = act(policy_params, obs, policy_x)
-    _check_policy_output(action, log_prob, batch)
-    next_obs, env_state, reward, terminated, truncated, info = step(
-        env_xs, env_state, action, env_params)
-    final_obs = info["final_observation"]
-    info = {k: v for k, v in info.items() if k not in _GYMNAX_INFO_FIELDS}
-    out = (obs, action, reward.astype(jnp.float32), terminated, truncated,
-           log_prob.astype(jnp.float32), final_obs, extras, info)
-    return (env_state, next_obs), out + ((carry[0],) if keep_states else ())
-
-  (env_state, obs), out = jax.lax.scan(body, (env_state, obs), (policy_xs, env_xs))
-  traj = _trajectory(out[:9], num_steps, batch)
-  if keep_states:
-    return traj, (env_state, obs), StepStates(env_state=out[9], policy_state=None)
-  return traj, (env_state, obs)
-
-
-def _sequence_scan(policy_fn, act, step, env_params, policy_params, env_state, obs,
-                   policy_state, policy_xs, env_xs, num_steps, batch, keep_states=False):
-  """`_scan`'s loop for a `SequencePolicy`: the `PolicyState` rides in the scan carry and
-  is reset to the initial state after every step that ended an episode."""
-  initial = initial_policy_state(policy_fn, batch)
-
-  def body(carry, xs):
-    env_state, obs, ps = carry
-    policy_x, env_xs = xs
-    new_carry, action, log_prob, extras = act(policy_params, ps.carry, obs,
-                                              ps.prev_action, ps.prev_reward, policy_x)
+    if sequential:
+      ps = carry[2]
+      new_carry, action, log_prob, extras = act(policy_params, ps.carry, obs,
+                                                ps.prev_action, ps.prev_reward, policy_x)
+    else:
+      action, log_prob, extras = act(policy_params, obs, policy_x)
     _check_policy_output(action, log_prob, batch)
     next_obs, env_state, reward, terminated, truncated, info = step(
         env_xs, env_state, action, env_params)
     reward = reward.astype(jnp.float32)
-    done = jnp.logical_or(terminated, truncated)
-    ps = jax.tree.map(
-        lambda init, x: jnp.where(done.reshape((batch,) + (1,) * (x.ndim - 1)), init, x),
-        initial, PolicyState(new_carry, action.astype(jnp.int32), reward))
+    new = (env_state, next_obs)
+    if sequential:
+      done = jnp.logical_or(terminated, truncated)
+      new += (jax.tree.map(
+          lambda init, x: jnp.where(done.reshape((batch,) + (1,) * (x.ndim - 1)), init, x),
+          initial, PolicyState(new_carry, action.astype(jnp.int32), reward)),)
     final_obs = info["final_observation"]
     info = {k: v for k, v in info.items() if k not in _GYMNAX_INFO_FIELDS}
     out = (obs, action, reward, terminated, truncated, log_prob.astype(jnp.float32),
            final_obs, extras, info)
-    return (env_state, next_obs, ps), out + ((carry[0], carry[2]) if keep_states else ())
+    return new, out + ((carry[0],) + carry[2:] if keep_states else ())
 
-  (env_state, obs, policy_state), out = jax.lax.scan(
-      body, (env_state, obs, policy_state), (policy_xs, env_xs))
+  carry, out = jax.lax.scan(body, (env_state, obs) + ((policy_state,) if sequential else ()),
+                            (policy_xs, env_xs))
   traj = _trajectory(out[:9], num_steps, batch)
   if keep_states:
-    return (traj, (env_state, obs, policy_state),
-            StepStates(env_state=out[9], policy_state=out[10]))
-  return traj, (env_state, obs, policy_state)
+    return traj, carry, StepStates(env_state=out[9],
+                                   policy_state=out[10] if sequential else None)
+  return traj, carry
 
 
 def _trajectory(out, num_steps, batch):
