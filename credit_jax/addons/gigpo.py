@@ -397,29 +397,23 @@ class GigpoFeature(hooks.Feature):
     return env, env_params
 
   def bind(self, context: hooks.Context) -> hooks.Bound:
-    return _GigpoBound(context.config.gigpo)
+    g = context.config.gigpo
+    anchor, kind, method = str(g.anchor), str(g.kind), str(g.method)
 
-
-class _GigpoBound(hooks.Bound):
-
-  def __init__(self, g):
-    self.anchor, self.kind, self.method = str(g.anchor), str(g.kind), str(g.method)
-    self.advantages = self._advantages
-
-  def _advantages(self, carry, inputs: hooks.EstimatorInput):
-    traj, hp = inputs.traj, inputs.hp
-    valid = traj.valid                                                   # [T, N, K]
-    keys = traj.info[step_states.INFO_KEY] if self.anchor == "state" else traj.obs
-    rewards = jnp.where(valid, inputs.signal.rewards, 0.0)
-    to_go = returns.discounted_returns(rewards, hp["gigpo.gamma"],
-                                       terminated=traj.dones & valid)
-    step_adv, stats = anchor_advantages(keys, to_go, valid, kind=self.kind,
-                                                method=self.method)
-    adv = jnp.where(valid, inputs.advantages + hp["gigpo.step_weight"] * step_adv, 0.0)
-    groups = jnp.maximum(stats["num_groups"], 1).astype(jnp.float32)
-    return adv, carry, {
-        "gigpo_groups": stats["num_groups"].astype(jnp.float32).mean(),
-        "gigpo_degenerate_frac": (stats["degenerate"] / groups).mean(),
-        "gigpo_anchored_frac": jnp.sum(stats["anchored_steps"]) / jnp.maximum(
-            jnp.sum(valid), 1),
-        "gigpo_unresolved": jnp.sum(stats["unresolved"]).astype(jnp.float32)}
+    def advantages(carry, inputs: hooks.EstimatorInput):
+      traj, hp = inputs.traj, inputs.hp
+      valid = traj.valid                                                   # [T, N, K]
+      keys = traj.info[step_states.INFO_KEY] if anchor == "state" else traj.obs
+      rewards = jnp.where(valid, inputs.signal.rewards, 0.0)
+      to_go = returns.discounted_returns(rewards, hp["gigpo.gamma"],
+                                         terminated=traj.dones & valid)
+      step_adv, stats = anchor_advantages(keys, to_go, valid, kind=kind, method=method)
+      adv = jnp.where(valid, inputs.advantages + hp["gigpo.step_weight"] * step_adv, 0.0)
+      groups = jnp.maximum(stats["num_groups"], 1).astype(jnp.float32)
+      return adv, carry, {
+          "gigpo_groups": stats["num_groups"].astype(jnp.float32).mean(),
+          "gigpo_degenerate_frac": (stats["degenerate"] / groups).mean(),
+          "gigpo_anchored_frac": jnp.sum(stats["anchored_steps"]) / jnp.maximum(
+              jnp.sum(valid), 1),
+          "gigpo_unresolved": jnp.sum(stats["unresolved"]).astype(jnp.float32)}
+    return hooks.Bound(advantages=advantages)

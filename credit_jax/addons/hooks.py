@@ -190,6 +190,11 @@ class Bound:
   counts_steps = False
   measure: Optional[Measure] = None
 
+  def __init__(self, advantages: Optional[Callable] = None,
+               collect: Optional[Callable] = None):
+    """A feature that fills only the estimator and rollout slots passes them here."""
+    self.advantages, self.collect = advantages, collect
+
   def init(self, key) -> Dict[str, Any]:
     del key
     return {}
@@ -397,24 +402,24 @@ class Hooks:
       metrics = merge_metrics(metrics, m)
     return signal, aux, metrics
 
+  def _replacing(self, slot: str, aux, inputs, salt: int):
+    """The first feature filling `slot` ("advantages" | "collect"): `(out, aux,
+    metrics)` of it on `inputs` with key `fold_in(inputs.key, salt)`; None without one."""
+    for i, b in enumerate(self.bound):
+      if getattr(b, slot) is not None:
+        out, carry, m = getattr(b, slot)(self._carry(aux, i), inputs._replace(
+            key=jax.random.fold_in(inputs.key, salt)))
+        return out, {**aux, **carry}, m
+    return None
+
   def advantages(self, aux, inputs: EstimatorInput):
     """`(advantages, aux, metrics)`: the estimator's, or `inputs.advantages` unchanged."""
-    for i, b in enumerate(self.bound):
-      if b.advantages is not None:
-        adv, carry, m = b.advantages(self._carry(aux, i), inputs._replace(
-            key=jax.random.fold_in(inputs.key, 3)))
-        return adv, {**aux, **carry}, m
-    return inputs.advantages, aux, {}
+    return self._replacing("advantages", aux, inputs, 3) or (inputs.advantages, aux, {})
 
   def collect(self, aux, default: Callable, inputs: CollectInput):
     """`(traj, aux, metrics)`: the rollout replacement's, or `default(*inputs)` (the
     recipe's own group rollout) with no metrics."""
-    for i, b in enumerate(self.bound):
-      if b.collect is not None:
-        traj, carry, m = b.collect(self._carry(aux, i), inputs._replace(
-            key=jax.random.fold_in(inputs.key, 4)))
-        return traj, {**aux, **carry}, m
-    return default(*inputs), aux, {}
+    return self._replacing("collect", aux, inputs, 4) or (default(*inputs), aux, {})
 
   def observe(self, aux, notes, outcome: Outcome, metrics):
     """`(aux, metrics)` after every feature has seen the update."""

@@ -236,34 +236,24 @@ class TreeFeature(hooks.Feature):
     require_one_of(t.kind, "tree.kind", baselines.KINDS)
 
   def bind(self, context: hooks.Context) -> hooks.Bound:
-    return _TreeBound(context.config)
+    t = context.config.tree
+    branch, steps, kind = int(t.branch), tuple(int(s) for s in t.branch_steps), str(t.kind)
 
+    def collect(carry, inputs: hooks.CollectInput):
+      out = collect_tree(inputs.env, inputs.env_params, inputs.policy, inputs.params,
+                         inputs.key, inputs.num_tasks, branch, steps, inputs.horizon)
+      info = {**out.traj.info, _VALID_KEY: out.traj.valid}
+      traj = out.traj._replace(valid=out.traj.valid & out.owner, info=info)
+      return traj, carry, {"env_steps": out.env_steps.astype(jnp.float32)}
 
-class _TreeBound(hooks.Bound):
-
-  def __init__(self, config):
-    self.branch = int(config.tree.branch)
-    self.steps = tuple(int(s) for s in config.tree.branch_steps)
-    self.kind = str(config.tree.kind)
-    self.collect = self._collect
-    self.advantages = self._advantages
-
-  def _collect(self, carry, inputs: hooks.CollectInput):
-    out = collect_tree(inputs.env, inputs.env_params, inputs.policy,
-                                     inputs.params, inputs.key, inputs.num_tasks,
-                                     self.branch, self.steps, inputs.horizon)
-    info = {**out.traj.info, _VALID_KEY: out.traj.valid}
-    traj = out.traj._replace(valid=out.traj.valid & out.owner, info=info)
-    return traj, carry, {"env_steps": out.env_steps.astype(jnp.float32)}
-
-  def _advantages(self, carry, inputs: hooks.EstimatorInput):
-    traj = inputs.traj
-    leaf_valid = traj.info[_VALID_KEY]                                    # [T, N, K]
-    outcomes = jnp.sum(jnp.where(leaf_valid, inputs.signal.rewards, 0.0), axis=0)
-    node, degenerate = tree_advantages(
-        outcomes, self.branch, len(self.steps), kind=self.kind,
-        episode_weight=inputs.hp["tree.episode_weight"])
-    adv = tree_step_advantages(node, self.steps, traj.rewards.shape[0])
-    sibling_groups = sum(self.branch ** (i - 1) for i in range(1, len(self.steps) + 1))
-    return jnp.where(traj.valid, adv, 0.0), carry, {
-        "tree_degenerate_frac": jnp.sum(degenerate, axis=0).mean() / sibling_groups}
+    def advantages(carry, inputs: hooks.EstimatorInput):
+      traj = inputs.traj
+      leaf_valid = traj.info[_VALID_KEY]                                  # [T, N, K]
+      outcomes = jnp.sum(jnp.where(leaf_valid, inputs.signal.rewards, 0.0), axis=0)
+      node, degenerate = tree_advantages(outcomes, branch, len(steps), kind=kind,
+                                         episode_weight=inputs.hp["tree.episode_weight"])
+      adv = tree_step_advantages(node, steps, traj.rewards.shape[0])
+      sibling_groups = sum(branch ** (i - 1) for i in range(1, len(steps) + 1))
+      return jnp.where(traj.valid, adv, 0.0), carry, {
+          "tree_degenerate_frac": jnp.sum(degenerate, axis=0).mean() / sibling_groups}
+    return hooks.Bound(advantages=advantages, collect=collect)

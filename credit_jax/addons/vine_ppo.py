@@ -319,30 +319,22 @@ class VineFeature(hooks.Feature):
     return step_states.StepStateWrapper(env), env_params
 
   def bind(self, context: hooks.Context) -> hooks.Bound:
-    return _VineBound(context)
-
-
-class _VineBound(hooks.Bound):
-
-  def __init__(self, context: hooks.Context):
-    self.env = context.env.inner if isinstance(context.env, step_states.StepStateWrapper) \
+    env = context.env.inner if isinstance(context.env, step_states.StepStateWrapper) \
         else context.env
-    self.rollout_params = context.env_params
-    self.policy = context.policy
-    self.num_vines = int(context.config.vine.num_vines)
-    self.every = int(context.config.vine.every)
-    self.advantages = self._advantages
+    policy = context.policy
+    num_vines, every = int(context.config.vine.num_vines), int(context.config.vine.every)
 
-  def _advantages(self, carry, inputs: hooks.EstimatorInput):
-    traj = inputs.traj
-    gamma = inputs.hp.get("gamma", 1.0)    # GRPO has none: undiscounted, as its returns
-    out = collect_vines(self.env, self.rollout_params, self.policy, inputs.params,
-                             inputs.key, traj, step_states.step_states(self.policy, traj),
-                             num_vines=self.num_vines, every=self.every, gamma=gamma)
-    adv = vine_advantages(inputs.signal.rewards, out.values, every=self.every,
-                               gamma=gamma, terminated=traj.terminated,
-                               truncated=traj.truncated, valid=traj.valid)
-    steps = out.env_steps.astype("float32")
-    return adv, carry, {"env_steps": steps, "vine_env_steps": steps,
-                        "vine_value_mean": out.values.mean(),
-                        "vine_return_std": out.returns.std(axis=-1).mean()}
+    def advantages(carry, inputs: hooks.EstimatorInput):
+      traj = inputs.traj
+      gamma = inputs.hp.get("gamma", 1.0)    # GRPO has none: undiscounted, as its returns
+      out = collect_vines(env, context.env_params, policy, inputs.params, inputs.key, traj,
+                          step_states.step_states(policy, traj), num_vines=num_vines,
+                          every=every, gamma=gamma)
+      adv = vine_advantages(inputs.signal.rewards, out.values, every=every, gamma=gamma,
+                            terminated=traj.terminated, truncated=traj.truncated,
+                            valid=traj.valid)
+      steps = out.env_steps.astype("float32")
+      return adv, carry, {"env_steps": steps, "vine_env_steps": steps,
+                          "vine_value_mean": out.values.mean(),
+                          "vine_return_std": out.returns.std(axis=-1).mean()}
+    return hooks.Bound(advantages=advantages)
