@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Tuple
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 import numpy as np
-
-Array = jax.Array
 
 KINDS = ("grpo", "rloo", "drgrpo", "mean")
 

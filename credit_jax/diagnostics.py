@@ -26,13 +26,12 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from credit_jax import returns
-
-Array = jax.Array
 
 _SCHEMES = ("terminal", "rtg", "gae")
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Tuple
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 
 from credit_jax import envs
-
-Array = jax.Array
 
 
 def masked_mean(x: Array, mask: Array) -> Array:

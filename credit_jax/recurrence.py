@@ -24,9 +24,9 @@ import functools
 from typing import Any, Optional, Tuple
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 
-Array = jax.Array
 ArrayLike = Any
 
 __all__ = ["METHODS", "compute_dtype", "per_step", "resolve_method", "solve"]

@@ -49,11 +49,11 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 
 from credit_jax.types import Trajectory
 
-Array = jax.Array
 STRATEGIES = ("final", "episode", "future")
 _NEEDED_INFO = ("achieved_goal", "goal_checked", "desired_goal", "prev_achieved_goal")
 

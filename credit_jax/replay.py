@@ -23,9 +23,8 @@ from typing import Any, Optional
 
 import flax.struct
 import jax
+from jax import Array
 import jax.numpy as jnp
-
-Array = jax.Array
 
 
 @flax.struct.dataclass

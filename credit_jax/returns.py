@@ -38,13 +38,13 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 import numpy as np
 
 from credit_jax.recurrence import (METHODS, compute_dtype, per_step, resolve_method,
                                    solve)
 
-Array = jax.Array
 ArrayLike = Any
 
 # ----------------------------------------------------------------------------------

@@ -10,9 +10,9 @@ import dataclasses
 from typing import Any, Callable, NamedTuple, Tuple
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 
-Array = jax.Array
 PRNGKey = jax.Array
 Params = Any
 

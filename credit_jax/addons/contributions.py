@@ -46,12 +46,11 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Sequence
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 import numpy as np
 
 from credit_jax import returns
-
-Array = jax.Array
 
 __all__ = ["CocoaCredit", "all_action_loss", "all_action_terms", "clipped_all_action_terms",
            "cocoa_credit", "cocoa_loss", "future_by_class", "hca_advantages", "hca_loss",

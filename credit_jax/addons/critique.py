@@ -45,13 +45,13 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 from flax import struct
 
 from credit_jax.config import require
 from credit_jax.envs import base, wrappers
 
-Array = jax.Array
 NO_CRITIQUE = (-1.0, -1.0, 0.0)
 CRITIQUE_SIZE = 3
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
@@ -58,7 +59,6 @@ from credit_jax.config import require
 from credit_jax.envs.keychain import KeyChain, KeyChainState
 from credit_jax.types import PresampledPolicy
 
-Array = jax.Array
 # `logits_fn(actor_params, obs [..., A + 2]) -> logits [..., A]`: the actor on KeyChain's
 # own observations (any leading dims).
 LogitsFn = Callable[[Any, Array], Array]

@@ -41,6 +41,7 @@ from __future__ import annotations
 from typing import Any, Dict, Sequence, Tuple
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -53,8 +54,6 @@ from credit_jax.config import require, require_range
 from credit_jax.nets import tabular as nets_tabular
 from credit_jax.nets.credit_models import (GatedHindsightModel, HindsightModel,
                                            TabularHindsightModel)
-
-Array = jax.Array
 
 __all__ = ["CocoaFeature", "HcaFeature", "Hindsight", "KINDS", "add_config",
            "reward_values_of"]

@@ -66,10 +66,9 @@ import dataclasses
 from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import jax
+from jax import Array
 
 from credit_jax.config import require
-
-Array = jax.Array
 
 # How a recipe's rollout treats episodes (`Recipe.rollout`).
 CONTINUING = "continuing"   # fixed windows of auto-resetting envs, episodes cross updates (PPO)

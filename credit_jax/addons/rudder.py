@@ -67,6 +67,7 @@ from __future__ import annotations
 from typing import Any, Dict, NamedTuple, Tuple
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -79,8 +80,6 @@ from credit_jax.addons.contributions import check_shape, check_time_batch
 from credit_jax.config import require, require_range
 from credit_jax.nets.credit_models import ReturnPredictor
 from credit_jax.types import Trajectory
-
-Array = jax.Array
 
 __all__ = ["Columns", "Rudder", "RudderFeature", "add_config", "columns_of", "lessons_add",
            "lessons_init", "lessons_sample", "redistribute", "whole_episodes", "window_of"]

@@ -10,12 +10,11 @@ from __future__ import annotations
 from typing import Tuple
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 
 from credit_jax import episodes, nets
 from credit_jax.addons import contributions
-
-Array = jax.Array
 
 
 def _same_shape(**arrays: Array) -> None:

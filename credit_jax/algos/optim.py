@@ -10,12 +10,12 @@ import dataclasses
 from typing import Callable
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 import optax
 
 from credit_jax import fast_paths
 
-Array = jax.Array
 OPTIMIZERS = ("adam", "adamw", "sgd")
 
 __all__ = ["OPTIMIZERS", "Optimizer", "learning_rate", "make_optimizer", "minibatch_epochs",

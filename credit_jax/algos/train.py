@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import flax.struct
 import jax
+from jax import Array
 import jax.numpy as jnp
 import ml_collections
 
@@ -25,7 +26,6 @@ from credit_jax.envs.base import MAX_STEPS
 from credit_jax.algos.optim import (OPTIMIZERS, Optimizer, learning_rate,  # noqa: F401
                                     make_optimizer, minibatch_epochs, shuffle_indices)
 
-Array = jax.Array
 Hparams = Dict[str, Array]
 Metrics = Dict[str, Array]
 

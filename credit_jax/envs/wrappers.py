@@ -28,10 +28,9 @@ from typing import Any
 
 import flax.struct
 import jax
+from jax import Array
 import jax.numpy as jnp
 from gymnax.environments import environment, spaces
-
-Array = jax.Array
 
 
 class Wrapper(environment.Environment):

@@ -38,13 +38,12 @@ from typing import Sequence
 
 import flax.linen as nn
 import jax
+from jax import Array
 import jax.numpy as jnp
 
 from credit_jax.nets import gru, initializers
 from credit_jax.nets.mlp import MLP
 from credit_jax.nets.tabular import joint_index, table_size
-
-Array = jax.Array
 
 __all__ = ["GatedHindsightModel", "HindsightModel", "ReturnPredictor",
            "TabularHindsightModel"]

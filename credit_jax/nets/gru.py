@@ -45,12 +45,12 @@ from typing import Tuple
 
 import flax.linen as nn
 import jax
+from jax import Array
 import jax.numpy as jnp
 
 from credit_jax import fast_paths
 from credit_jax.nets import initializers
 
-Array = jax.Array
 _Kernels = Tuple[Array, Array, Array]
 
 

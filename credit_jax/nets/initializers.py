@@ -18,8 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 import jax
-
-Array = jax.Array
+from jax import Array
 
 __all__ = ["orthogonal"]
 

@@ -30,13 +30,13 @@ from typing import Any, Tuple
 
 import flax.linen as nn
 import jax
+from jax import Array
 import jax.numpy as jnp
 import numpy as np
 
 from credit_jax.nets import mlp
 from credit_jax.types import SequencePolicy
 
-Array = jax.Array
 CRITICS = ("shared", "separate")
 
 

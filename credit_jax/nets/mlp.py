@@ -21,14 +21,13 @@ from typing import Callable, Sequence, Tuple
 
 import flax.linen as nn
 import jax
+from jax import Array
 import jax.numpy as jnp
 import numpy as np
 
 from credit_jax import fast_paths
 from credit_jax.nets import initializers
 from credit_jax.types import PresampledPolicy
-
-Array = jax.Array
 
 _ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
 

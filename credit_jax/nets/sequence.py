@@ -40,14 +40,13 @@ from typing import Any, Optional, Sequence, Tuple
 
 import flax.linen as nn
 import jax
+from jax import Array
 import jax.numpy as jnp
 import numpy as np
 
 from credit_jax.nets import gru, initializers, lm
 from credit_jax import nets
 from credit_jax.types import SequencePolicy
-
-Array = jax.Array
 
 KINDS = ("gru", "transformer")
 

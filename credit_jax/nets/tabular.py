@@ -34,10 +34,9 @@ from typing import Sequence, Tuple
 
 import flax.linen as nn
 import jax
+from jax import Array
 import jax.numpy as jnp
 import numpy as np
-
-Array = jax.Array
 
 __all__ = ["KINDS", "Linear", "Tabular", "env_groups", "joint_index", "make_table_network",
            "table_size"]

@@ -14,11 +14,10 @@ one single-edge scatter-add per root.
 from __future__ import annotations
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 
 from credit_jax.search.tree import EDGE_FIELDS, PEELED_LEVELS, VALUE_SUM, VISITS, SearchTree
-
-Array = jax.Array
 
 
 def backup(tree: SearchTree, leaf: Array, value: Array, discount: Array) -> SearchTree:

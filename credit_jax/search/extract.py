@@ -13,13 +13,12 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 
 from credit_jax.search.model import EnvModel, choose
 from credit_jax.search.tree import SearchTree
 from credit_jax.types import Trajectory
-
-Array = jax.Array
 
 
 class BestEpisode(NamedTuple):

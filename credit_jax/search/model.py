@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 
 from credit_jax.search.tree import MASKED_LOGIT
 
-Array = jax.Array
 # (params, obs) -> logits [A] for a single observation.
 LogitsFn = Callable[[Any, Any], Array]
 # (params, obs) -> [] value estimate for a single observation.

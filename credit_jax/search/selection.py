@@ -48,12 +48,12 @@ import math
 from typing import Callable, Dict, Optional
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 import numpy as np
 
 from credit_jax.search.tree import CHILD, PEELED_LEVELS, PRIOR, UNEXPANDED, VALUE_SUM, VISITS
 
-Array = jax.Array
 SelectionRule = Callable[[Array, Array, Array, Array], Array]
 
 

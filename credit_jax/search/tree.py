@@ -16,11 +16,10 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional
 
 import jax
+from jax import Array
 import jax.numpy as jnp
 
 from credit_jax.types import Trajectory
-
-Array = jax.Array
 
 # Fields of the float32 record `SearchTree.edges[b, n, k]` of slot k of node n.
 VISITS, VALUE_SUM, PRIOR, CHILD = 0, 1, 2, 3
