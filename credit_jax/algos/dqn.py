@@ -341,7 +341,6 @@ def make_train(config, features=()) -> train_lib.Train:
   # What evaluating a checkpoint needs (train_lib.EVALUATION): greedy is argmax Q
   # (epsilon 0); sampled is epsilon-greedy at `config.epsilon`, the run's final epsilon
   # (DQN keeps it constant), on the env's own goals (`DesiredGoalWrapper`).
-  train.env, train.env_params = env, env_params
-  train.eval_policy = lambda params, greedy=False: (
-      policy_fn, (params, jnp.float32(0.0 if greedy else float(config.epsilon))))
-  return train
+  epsilon = lambda greedy: jnp.float32(0.0 if greedy else float(config.epsilon))
+  return train_lib.attach_evaluation(train, env, env_params, eval_policy=lambda params,
+                                     greedy=False: (policy_fn, (params, epsilon(greedy))))

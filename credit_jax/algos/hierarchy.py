@@ -405,7 +405,5 @@ def make_train(config, features=()) -> train_lib.Train:
   greedy_policy = PresampledPolicy(
       draw=lambda key: jnp.zeros((env.num_subgoals + _NUM_MOVES,), jnp.float32),
       act=policy_fn.act)
-  train.env, train.env_params = env, env_params
-  train.eval_policy = lambda params, greedy=False: (
-      greedy_policy if greedy else policy_fn, params)
-  return train
+  return train_lib.attach_evaluation(train, env, env_params, eval_policy=lambda params,
+                                     greedy=False: (greedy_policy if greedy else policy_fn, params))

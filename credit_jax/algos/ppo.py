@@ -214,10 +214,9 @@ def make_train(config, features=()) -> train_lib.Train:
                        **features_lib.hparams(config, passed)},
       num_updates=n_updates, env_steps_per_update=steps,
       headline=("success", "return") if with_success else ("return", "entropy"))
-  if agent.network is not None:
-    train = train_lib.attach_evaluation(train, env, env_params, agent.network)
-  elif agent.eval_policy is not None:
-    train.env, train.env_params, train.eval_policy = env, env_params, agent.eval_policy
+  if agent.network is not None or agent.eval_policy is not None:
+    train = train_lib.attach_evaluation(train, env, env_params, agent.network,
+                                        agent.eval_policy)
   return ppo_agent.with_gae_gradient(config, train, checked.made)
 
 

@@ -568,10 +568,8 @@ def make_train(config, features=()) -> train_lib.Train:
   # (`make_evaluate` measures the held-out split).
   sampled_lm = lm.make_policy(network, value=False)
   greedy_lm = lm.make_policy(network, value=False, greedy=True)
-  train.env, train.env_params = env, env_params
-  train.eval_policy = lambda params, greedy=False: (
-      greedy_lm if greedy else sampled_lm, params)
-  return train
+  return train_lib.attach_evaluation(train, env, env_params, eval_policy=lambda params,
+                                     greedy=False: (greedy_lm if greedy else sampled_lm, params))
 
 
 def adapt_lr_scale(scale, approx_kl, target_kl: float):

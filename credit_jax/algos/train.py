@@ -336,19 +336,21 @@ class Train:
 EVALUATION = ("env", "env_params", "eval_policy")
 
 
-def attach_evaluation(train: Train, env, env_params, network) -> Train:
+def attach_evaluation(train: Train, env, env_params, network=None,
+                      eval_policy: Optional[Callable] = None) -> Train:
   """Gives `train` what evaluating a checkpoint needs, for an MLP actor(-critic) `network`.
 
   Sets `train.env`, `train.env_params` (the environment the policy acts in, wrappers
   included) and `train.eval_policy(params, greedy=False) -> (policy, policy_params)`:
   for ONE seed's `params`, the rollout `PolicyFn` that samples actions as training does,
-  or (`greedy`) the one that takes the most probable action. Returns `train`.
+  or (`greedy`) the one that takes the most probable action; `eval_policy`: a recipe's
+  own such function instead of the one built from `network`. Returns `train`.
   """
-  sampled = nets.make_policy_fn(network, value=False)
-  greedy_policy = nets.make_greedy_policy_fn(network)
-  train.env, train.env_params = env, env_params
-  train.eval_policy = lambda params, greedy=False: (
-      greedy_policy if greedy else sampled, params)
+  if eval_policy is None:
+    sampled = nets.make_policy_fn(network, value=False)
+    greedy_policy = nets.make_greedy_policy_fn(network)
+    eval_policy = lambda params, greedy=False: (greedy_policy if greedy else sampled, params)
+  train.env, train.env_params, train.eval_policy = env, env_params, eval_policy
   return train
 
 

@@ -306,16 +306,12 @@ def _parse_value(raw: str, default: Any) -> Any:
     if raw.lower() in ("false", "0", "no"):
       return False
     raise ValueError("expected true or false")
-  if isinstance(default, int):
-    try:
-      return int(raw)
-    except ValueError:
-      raise ValueError("expected an integer") from None
-  if isinstance(default, float):
-    try:
-      return float(raw)
-    except ValueError:
-      raise ValueError("expected a number") from None
+  for kind, what in ((int, "an integer"), (float, "a number")):
+    if isinstance(default, kind):
+      try:
+        return kind(raw)
+      except ValueError:
+        raise ValueError(f"expected {what}") from None
   if isinstance(default, str):
     return raw
   try:
