@@ -67,7 +67,7 @@ from credit_jax import rollout
 from credit_jax.addons import hooks, step_states
 from credit_jax.config import require, require_range
 from credit_jax.envs.base import check_int
-from credit_jax.types import PolicyState, PresampledPolicy, SequencePolicy, Trajectory
+from credit_jax.types import PolicyState, SequencePolicy, Trajectory
 
 __all__ = ["add_config", "collect_vines", "vine_advantages", "vine_points",
            "VineFeature", "VineValues"]
@@ -177,16 +177,7 @@ def collect_vines(env: Any, env_params: Any, policy_fn: Any, policy_params: Any,
 
   keys = jax.random.split(key, (length, 2, n))
   step = jax.vmap(_transition(env), in_axes=(0, 0, 0, None))
-  if sequence or isinstance(policy_fn, PresampledPolicy):
-    policy_xs = jax.vmap(jax.vmap(policy_fn.draw))(keys[:, 0])
-  else:
-    policy_xs = keys[:, 0]
-  if sequence:
-    act = jax.vmap(policy_fn.act, in_axes=(None, 0, 0, 0, 0, 0))
-  elif isinstance(policy_fn, PresampledPolicy):
-    act = jax.vmap(policy_fn.act, in_axes=(None, 0, 0))
-  else:
-    act = jax.vmap(policy_fn, in_axes=(None, 0, 0))
+  policy_xs, act = rollout._vmapped_policy(policy_fn, keys[:, 0])
   gamma = jnp.asarray(gamma, jnp.float32)
 
   def select(mask, new, old):
@@ -197,11 +188,7 @@ def collect_vines(env: Any, env_params: Any, policy_fn: Any, policy_params: Any,
   def body(carry, xs):
     (state, ob, ps, seg, steps, ret, disc, active, out, counted) = carry
     policy_x, env_key = xs
-    if sequence:
-      new_carry, action, _, _ = act(policy_params, ps.carry, ob, ps.prev_action,
-                                    ps.prev_reward, policy_x)
-    else:
-      action, _, _ = act(policy_params, ob, policy_x)
+    new_carry, action, _, _ = act(policy_params, ob, ps, policy_x)
     ob_st, state_st, reward, terminated, truncated = step(env_key, state, action,
                                                           env_params)
     reward = reward.astype(jnp.float32)
