@@ -128,9 +128,7 @@ def validate_fields(config) -> None:
         f"{config.env_name} is not one, set clip_target=False")
 
 
-def validate_config(config, features=()) -> None:
-  """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "dqn", validate_fields, RECIPE, passed=tuple(features))
+validate_config = train_lib.validator("dqn", validate_fields, RECIPE, checked=False)
 
 
 def _is_goal_env(config) -> bool:

@@ -126,12 +126,7 @@ def validate_fields(config) -> None:
   train_lib.validate_network(config, config.get("algo", "grpo") == "grpo")
 
 
-def validate_config(config, features=()) -> train_lib.Checked:
-  """Raises `ConfigError` naming the first field of `config` that cannot run
-  (`features`: the feature objects given to `make_train`); returns the `Checked` config
-  `make_train` builds on."""
-  return train_lib.validate(config, "grpo", validate_fields, RECIPE, tuple(features),
-                            whole_episodes=True)
+validate_config = train_lib.validator("grpo", validate_fields, RECIPE, whole_episodes=True)
 
 
 def aggregate(x, valid, kind: str):

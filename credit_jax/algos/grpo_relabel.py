@@ -104,10 +104,8 @@ def validate_fields(config) -> None:
   dqn.validate_relabel_fields(config)
 
 
-def validate_config(config, features=()) -> None:
-  """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "grpo_relabel", validate_fields, passed=tuple(features),
-                     whole_episodes=True)
+validate_config = train_lib.validator("grpo_relabel", validate_fields, whole_episodes=True,
+                                      checked=False)
 
 
 def make_train(config, features=()) -> train_lib.Train:

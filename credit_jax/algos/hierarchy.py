@@ -106,9 +106,7 @@ def validate_fields(config) -> None:
   req(str(config.network.get("kind", "mlp")) == "mlp", "network.kind", "MLPs only")
 
 
-def validate_config(config, features=()) -> None:
-  """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "hierarchy", validate_fields, passed=tuple(features))
+validate_config = train_lib.validator("hierarchy", validate_fields, checked=False)
 
 
 def subgoal_cells(size: int, stride: int) -> np.ndarray:

@@ -153,12 +153,7 @@ def _validate_env(checked: train_lib.Checked) -> None:
     train_lib.check_rollout_horizon(config, checked.env, checked.env_params, "num_steps")
 
 
-def validate_config(config, features=()) -> train_lib.Checked:
-  """Raises `ConfigError` naming the first field of `config` that cannot run
-  (`features`: the feature objects given to `make_train`); returns the `Checked` config
-  `make_train` builds on."""
-  return train_lib.validate(config, "ppo", validate_fields, recipe(config),
-                            tuple(features), env_fn=_validate_env)
+validate_config = train_lib.validator("ppo", validate_fields, recipe, env_fn=_validate_env)
 
 
 def make_train(config, features=()) -> train_lib.Train:

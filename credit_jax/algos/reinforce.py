@@ -108,12 +108,8 @@ def validate_fields(config) -> None:
   train_lib.validate_network(config)
 
 
-def validate_config(config, features=()) -> train_lib.Checked:
-  """Raises `ConfigError` naming the first field of `config` that cannot run
-  (`features`: the feature objects given to `make_train`); returns the `Checked` config
-  `make_train` builds on."""
-  return train_lib.validate(config, "reinforce", validate_fields, RECIPE, tuple(features),
-                            whole_episodes=True)
+validate_config = train_lib.validator("reinforce", validate_fields, RECIPE,
+                                      whole_episodes=True)
 
 
 def leave_one_out_mean(x, mask):

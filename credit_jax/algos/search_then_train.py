@@ -92,10 +92,8 @@ def validate_fields(config) -> None:
   train_lib.require_range(config, "search_exploration", 0.0)
 
 
-def validate_config(config, features=()) -> None:
-  """Raises `ConfigError` naming the first field of `config` that cannot run."""
-  train_lib.validate(config, "search_then_train", validate_fields, passed=tuple(features),
-                     whole_episodes=True)
+validate_config = train_lib.validator("search_then_train", validate_fields,
+                                      whole_episodes=True, checked=False)
 
 
 def group_rollout(env, env_params, policy_fn, params, key, num_tasks: int, group_size: int,

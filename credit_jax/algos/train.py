@@ -267,6 +267,23 @@ def validate(config, algo: str, fields_fn: Callable[[Any], None],
   return out
 
 
+def validator(algo: str, fields_fn: Callable[[Any], None], recipe=None, *,
+              whole_episodes: bool = False, env_fn: Optional[Callable[[Checked], None]] = None,
+              checked: bool = True) -> Callable:
+  """A recipe's `validate_config(config, features=())`: `validate` with these arguments
+  (`recipe`: a `hooks.Recipe`, None, or `config -> Recipe`), returning the `Checked`
+  config, or None where `checked` is False (a recipe whose `make_train` builds on the
+  config itself)."""
+  def validate_config(config, features=()) -> Optional[Checked]:
+    """Raises `ConfigError` naming the first field of `config` that cannot run
+    (`features`: the feature objects given to `make_train`); returns the `Checked` config
+    `make_train` builds on (None for a recipe that builds on `config`)."""
+    out = validate(config, algo, fields_fn, recipe(config) if callable(recipe) else recipe,
+                   tuple(features), whole_episodes, env_fn)
+    return out if checked else None
+  return validate_config
+
+
 @flax.struct.dataclass
 class TrainState:
   """Everything a run needs to continue exactly; a leading seed axis when vmapped."""
