@@ -308,16 +308,13 @@ def _overrides(bound: Bound, slot: str) -> bool:
       slot in ("advantages", "collect") and getattr(bound, slot) is not None)
 
 
-def _slot_keys(key, bound, slot):
-  """The slot key for each feature filling `slot`: the key itself for the first,
-  `fold_in(key, j)` for the j-th."""
+def _slot_keys(key, fills):
+  """The key of each feature where `fills` (one bool per feature, in order) says it
+  draws: the key itself for the first, `fold_in(key, j)` for the j-th; None elsewhere."""
   keys, j = [], 0
-  for b in bound:
-    if _overrides(b, slot):
-      keys.append(key if j == 0 else jax.random.fold_in(key, j))
-      j += 1
-    else:
-      keys.append(None)
+  for fill in fills:
+    keys.append((key if j == 0 else jax.random.fold_in(key, j)) if fill else None)
+    j += bool(fill)
   return keys
 
 
@@ -358,18 +355,18 @@ class Hooks:
 
   def init(self, key=None) -> Dict[str, Any]:
     """Every feature's aux entries (each exactly the names its `owns` declares)."""
-    aux, j = {}, 0
-    for i, b in enumerate(self.bound):
-      k = None
-      if b.init_key:
-        k = key if j == 0 else jax.random.fold_in(key, j)
-        j += 1
+    aux = {}
+    for i, (b, k) in enumerate(zip(self.bound,
+                                   _slot_keys(key, [b.init_key for b in self.bound]))):
       entries = b.init(k)
       if set(entries) != set(b.owns):
         raise ValueError(f"hook {self.names[i]!r} declares aux entries {b.owns}, its "
                          f"init returned {sorted(entries)}")
       aux.update(entries)
     return aux
+
+  def _fills(self, slot):
+    return [_overrides(b, slot) for b in self.bound]
 
   def _carry(self, aux, i):
     return {k: aux[k] for k in self.bound[i].owns}
@@ -382,8 +379,8 @@ class Hooks:
   def env_params(self, aux, env_params, update, key):
     """`(env_params, notes)`: this update's env params and each feature's note."""
     notes = []
-    for i, (b, k) in enumerate(zip(self.bound, _slot_keys(jax.random.fold_in(key, 1),
-                                                           self.bound, "env_params"))):
+    keys = _slot_keys(jax.random.fold_in(key, 1), self._fills("env_params"))
+    for i, (b, k) in enumerate(zip(self.bound, keys)):
       env_params, note = b.env_params(self._carry(aux, i), env_params, update, k)
       notes.append(note)
     return env_params, tuple(notes)
@@ -391,7 +388,7 @@ class Hooks:
   def shape_rewards(self, aux, signal, traj, hp, key, update, params):
     """`(signal, aux, metrics)` after every feature's shaping, in order."""
     aux, metrics = dict(aux), {}
-    keys = _slot_keys(jax.random.fold_in(key, 2), self.bound, "shape_rewards")
+    keys = _slot_keys(jax.random.fold_in(key, 2), self._fills("shape_rewards"))
     for i, (b, k) in enumerate(zip(self.bound, keys)):
       if k is None:
         continue
