@@ -34,7 +34,7 @@ used).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict
+from typing import Dict
 
 import jax
 import jax.numpy as jnp

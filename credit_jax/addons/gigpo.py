@@ -46,7 +46,6 @@ so far was right.
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax

@@ -27,7 +27,6 @@ from __future__ import annotations
 from typing import Any
 
 import flax.struct
-import jax
 from jax import Array
 import jax.numpy as jnp
 from gymnax.environments import environment, spaces
