@@ -44,7 +44,7 @@ def get_config(arg=None):
     c.policy, c.model, c.table_groups = "tabular", "tabular", (0,)
     # tuned (scripts/repro/cocoa_tabular_tune.sh, 2026-12-07): the best of 0.01, 0.03,
     # 0.1 by run-averaged treasure at L = 23 on 4 tuning seeds
-    c.lrs.update(reinforce=0.03, advantage=0.1, cocoa=0.1, hca_return=0.1)
+    c.lrs.update(reinforce=0.03, advantage=0.1, cocoa=0.1, hca_return=0.1, cocoa_exact=0.1)
     c.lengths, c.updates, c.eval_every = (23, 103, 300, 1000), 10000, 200
     if arg == "tabular_tune":
       c.lengths, c.seeds, c.seed, c.updates, c.eval_every = (23,), 4, 1000, 3000, 250

@@ -3,6 +3,7 @@ against brute-force enumeration, the hindsight models' start and order, epsilon
 exploration, the shadow mode's exact gradient, and a killed run resuming exactly."""
 import itertools
 import os
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -262,3 +263,27 @@ def test_throttled_log_keeps_the_first_line_and_then_one_per_interval():
   for i in range(3, 5):
     every(str(i))
   assert lines == ["0", "3", "4"]
+
+
+def test_exact_coefficients_feature_rows_and_a_run():
+  """COCOA with exact coefficients (exact_credit.py): each step reads the row (t, has_key)
+  of `corridor_credit`'s w, and the arm trains through the recipe as a passed feature."""
+  from credit_jax.experiments.cocoa_corridor import exact_credit
+  rng = np.random.default_rng(0)
+  w = rng.normal(size=(4, 4, 4, 3)).astype(np.float32)          # [L, flags, A, M]
+  obs = np.zeros((4, 2, 9), np.float32)
+  obs[:, 1, 8] = 1.0                                             # column 1 holds the key
+  valid = np.ones((4, 2), bool)
+  valid[3, 0] = False
+  got = np.asarray(exact_credit.step_coefficients(jnp.asarray(w), jnp.asarray(obs),
+                                                  jnp.asarray(valid)))
+  for t in range(4):
+    for b in range(2):
+      want = w[t, b].T if valid[t, b] else np.ones((3, 4))
+      np.testing.assert_array_equal(got[t, b], want)
+  c = study.default_config()
+  c.methods, c.lengths, c.seeds, c.updates, c.eval_every, c.eval_episodes = \
+      ("cocoa_exact",), (5,), 2, 4, 2, 8
+  c.policy, c.table_groups, c.lrs.cocoa_exact = "tabular", (0,), 0.1
+  row = study.run_cell("cocoa_exact", 5, c, tempfile.mkdtemp(), lambda s: None)
+  assert row["evals"] == [0, 2, 4] and np.isfinite(row["auc"]).all()

@@ -12,9 +12,10 @@ from credit_jax.algos import reinforce, train as train_lib
 
 __all__ = ["LABELS", "METHODS", "cell_config", "entropy_coef"]
 
-METHODS = ("reinforce", "advantage", "hca_return", "cocoa")
+METHODS = ("reinforce", "advantage", "hca_return", "cocoa", "cocoa_exact")
 LABELS = {"reinforce": "REINFORCE", "advantage": "Advantage",
-          "hca_return": "HCA (return)", "cocoa": "COCOA-reward"}
+          "hca_return": "HCA (return)", "cocoa": "COCOA-reward",
+          "cocoa_exact": "COCOA (exact w)"}
 
 
 def entropy_coef(length: int) -> float:
@@ -43,6 +44,8 @@ def cell_config(method: str, length: int, config) -> ml_collections.ConfigDict:
   c.network.min_prob = float(config.get("min_prob", 0.0))
   c.chunk_updates = int(config.eval_every)
   train_lib.checkpoint_at_end(c)  # the study saves its own state between chunks
+  if method == "cocoa_exact":   # the feature object: study.run_cell passes it (exact_credit.py)
+    c.cocoa_exact = ml_collections.ConfigDict({"enabled": True})
   if method in ("hca_return", "cocoa"):
     model = "gated" if method == "hca_return" else str(config.get("model", "gated"))
     hindsight_credit.add_config(

@@ -19,6 +19,8 @@ Methods (`METHODS`), each a configuration of that recipe and its registry featur
                 on later states: not built here);
   "cocoa"       COCOA-reward (`config.cocoa`): the outcome of a step is the class of its
                 reward (the two apple values and the treasure).
+  "cocoa_exact" the same credit with the exact coefficients (`exact_credit.py`, an
+                ablation: what the learned model costs), policy lr as "cocoa".
   Both hindsight models are their gated hypernetwork (`model = "gated"`, width 256),
   trained with AdamW at 3e-3, one full-batch step per update on the batch *before* it is
   credited (`fit_first`, their order), no clip; policy lr 3e-4.
@@ -50,7 +52,7 @@ import numpy as np
 from credit_jax import nets, rollout
 from credit_jax.algos import reinforce, train as train_lib
 from credit_jax.experiments import report
-from credit_jax.experiments.cocoa_corridor import probe
+from credit_jax.experiments.cocoa_corridor import exact_credit, probe
 from credit_jax.experiments.cocoa_corridor.methods import (LABELS, METHODS, cell_config,
                                                          entropy_coef)
 
@@ -60,7 +62,7 @@ __all__ = ["METHODS", "cell_config", "combine", "default_config", "entropy_coef"
 def default_config() -> ml_collections.ConfigDict:
   """The reproduction of docs/results/learned_credit.md; every field commented."""
   c = ml_collections.ConfigDict()
-  c.methods = METHODS             # see the module doc
+  c.methods = METHODS[:4]         # see the module doc ("cocoa_exact": an ablation)
   c.lengths = (23, 103)           # corridor lengths L (theirs: 23, 43, 63, 83, 103)
   c.seeds = 10                    # seeds per cell, vmapped (theirs: 30)
   c.seed = 0                      # base RNG seed (seed i: split i of it)
@@ -81,7 +83,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.epsilon = 0.05                # exploration while training (theirs)
   c.weight_decay = 1e-4           # AdamW's (optax's default, which they use)
   c.lrs = ml_collections.ConfigDict({"reinforce": 3e-4, "advantage": 1e-3,
-                                     "hca_return": 3e-4, "cocoa": 3e-4})  # policy lrs
+                                     "hca_return": 3e-4, "cocoa": 3e-4,
+                                     "cocoa_exact": 3e-4})  # policy lrs
   c.model_lr = 3e-3               # the hindsight models' AdamW rate (theirs)
   c.table_lr = 3e-2               # the tabular model's (Adam moves an entry ~lr per step)
   c.model_width = 256             # the gated hypernetwork's hidden units (theirs)
@@ -143,6 +146,12 @@ def _cell_path(workdir: str, method: str, length: int, suffix: str) -> str:
   return os.path.join(workdir, "cells", f"{method}_L{length}.{suffix}")
 
 
+def features_of(method: str, config) -> tuple:
+  """The feature objects `method`'s recipe is given beside its config (registry)
+  features: COCOA with exact coefficients (`exact_credit.ExactCocoa`)."""
+  return (exact_credit.ExactCocoa(float(config.epsilon)),) if method == "cocoa_exact" else ()
+
+
 def run_cell(method: str, length: int, config, workdir: str, log: Callable) -> Dict:
   """Trains one cell (or finishes / reads it back from `workdir/cells/`); returns its row:
   `curve` [E, S] treasure fraction at the updates `evals` [E], `auc` [S] each seed's
@@ -151,7 +160,7 @@ def run_cell(method: str, length: int, config, workdir: str, log: Callable) -> D
   if os.path.exists(done_path):
     return _read(done_path)
   cfg = cell_config(method, length, config)
-  train = reinforce.make_train(cfg)
+  train = reinforce.make_train(cfg, features=features_of(method, config))
   every, n_chunks = int(config.eval_every), int(config.updates) // int(config.eval_every)
   evaluate = evaluate_fn(cfg, int(config.eval_episodes))
   chunk = jax.jit(jax.vmap(lambda s: train.run(s, None, every)))
