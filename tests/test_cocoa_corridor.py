@@ -287,3 +287,17 @@ def test_exact_coefficients_feature_rows_and_a_run():
   c.policy, c.table_groups, c.lrs.cocoa_exact = "tabular", (0,), 0.1
   row = study.run_cell("cocoa_exact", 5, c, tempfile.mkdtemp(), lambda s: None)
   assert row["evals"] == [0, 2, 4] and np.isfinite(row["auc"]).all()
+
+
+def test_shadow_mode_runs_with_the_tabular_policy_and_model():
+  """The shadow mode's loop end to end (smoke sizes) with the table policy and COCOA's
+  tabular model, whose rows follow `table_groups`; a progress line per measurement."""
+  c = study.default_config()
+  c.policy, c.model, c.table_groups, c.progress_s = "tabular", "tabular", (0,), 0.0
+  c.probe.updates, c.probe.every, c.probe.draws, c.probe.seeds = 2, 2, 4, 2
+  lines = []
+  out = probe.shadow(5, c, lines.append)
+  assert [p["update"] for p in out["points"]] == [0, 2]
+  assert lines[0].startswith("shadow L=5: update 0/2") and len(lines) == 3
+  for row in out["rows"].values():
+    assert all(np.isfinite(v) for v in row.values())

@@ -162,3 +162,26 @@ def test_an_attribute_named_like_a_slot_is_refused():
       self.env_params = object()   # would replace the env_params slot
   with pytest.raises(ValueError, match="env_params"):
     hooks.Hooks([("bad", Shadowing())])
+
+
+def test_estimator_slot_as_a_method_or_a_passed_function():
+  """A Bound subclass may define `advantages` / `collect` as methods (no __init__ of its
+  own) or pass functions to `Bound(...)`; either fills the slot, neither is dropped."""
+  class Method(hooks.Bound):
+    def advantages(self, carry, inputs):
+      return inputs.advantages * 2.0, carry, {}
+
+  def passed(carry, inputs):
+    return inputs.advantages + 1.0, carry, {}
+
+  inputs = hooks.EstimatorInput(traj=None, signal=None, values=None,
+                                advantages=jnp.ones((2, 3)), params=None, hp={},
+                                key=jax.random.key(0))
+  for bound, want in ((Method(), 2.0), (hooks.Bound(advantages=passed), 2.0)):
+    assert hooks._overrides(bound, "advantages")
+    h = hooks.Hooks.__new__(hooks.Hooks)
+    h.bound, h.names = (bound,), ("x",)
+    out, _, _ = h.advantages({}, inputs)
+    np.testing.assert_allclose(np.asarray(out), want)
+  assert not hooks._overrides(hooks.Bound(), "advantages")
+  assert not hooks._overrides(hooks.Bound(), "collect")

@@ -191,8 +191,12 @@ class Bound:
 
   def __init__(self, advantages: Optional[Callable] = None,
                collect: Optional[Callable] = None):
-    """A feature that fills only the estimator and rollout slots passes them here."""
-    self.advantages, self.collect = advantages, collect
+    """A feature that fills only the estimator and rollout slots passes them here (a
+    subclass may instead define them as methods: None here leaves those in place)."""
+    if advantages is not None:
+      self.advantages = advantages
+    if collect is not None:
+      self.collect = collect
 
   def init(self, key) -> Dict[str, Any]:
     del key

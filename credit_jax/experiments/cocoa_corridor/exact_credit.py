@@ -10,37 +10,39 @@ fitted model. On the corridor the door flag is set only on the treasure cell, th
 step, where no reward follows and w = 1; so a step's row is (t, has_key), has_key read
 from the observation's key one-hot.
 
-Config block `cocoa_exact` (`add_config`): `enabled`. Corridor only (ConveyorTreasure-v0,
-whole episodes starting at t = 0: REINFORCE's rollout).
+Config block `cocoa_exact`: `enabled` (the study's `methods.cell_config` adds it for the
+method "cocoa_exact", and `study.features_of` passes the object). Corridor only
+(ConveyorTreasure-v0, whole episodes starting at t = 0: REINFORCE's rollout).
 """
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from credit_jax import nets
 from credit_jax.addons import contributions as cb
 from credit_jax.addons import hindsight_credit, hooks
+from credit_jax.config import require
 from credit_jax.envs.conveyor_treasure import ConveyorTreasure
 from credit_jax.experiments.cocoa_corridor.probe import corridor_credit
 
-__all__ = ["ExactCocoa", "add_config"]
+__all__ = ["ExactCocoa", "step_coefficients"]
 
 BLOCK = "cocoa_exact"
 _KEY_HELD = 8   # the observation's "one key held" feature (module doc of conveyor_treasure)
 
 
-def add_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Adds an enabled `config.cocoa_exact` block to `c`."""
-  c[BLOCK] = ml_collections.ConfigDict({"enabled": True})
-  return c
-
-
 def step_coefficients(w, obs, valid):
   """`w [L, 4, A, M]` (`corridor_credit`) at each step of a batch `obs [T, B, D]`:
-  `[T, B, M, A]`, the row (t, has_key) of each step (module doc); 1 at invalid steps."""
+  `[T, B, M, A]`, the row (t, has_key) of each step (module doc); 1 at invalid steps
+  (`valid [T, B]`). T <= L: row t of the batch is step t of its episode."""
+  chex.assert_rank([w, obs, valid], [4, 3, 2])
+  chex.assert_equal_shape_prefix([obs, valid], 2)
   t_len = obs.shape[0]
+  if t_len > w.shape[0] or obs.shape[-1] <= _KEY_HELD:
+    raise ValueError(f"step_coefficients: obs [T, B, D] with T <= L = {w.shape[0]} and the "
+                     f"corridor's D = 9, got {obs.shape}")
   key = (obs[..., _KEY_HELD] > 0.5).astype(jnp.int32)               # [T, B]
   rows = w[jnp.arange(t_len)[:, None], key]                         # [T, B, A, M]
   return jnp.where(valid[..., None, None], jnp.swapaxes(rows, -1, -2), 1.0)
@@ -56,8 +58,8 @@ class ExactCocoa(hooks.Feature):
     self.epsilon = float(epsilon)
 
   def validate(self, config, recipe: hooks.Recipe) -> None:
-    if recipe.rollout == hooks.CONTINUING:
-      raise ValueError(f"{self.field}: needs whole episodes (REINFORCE)")
+    require(recipe.rollout != hooks.CONTINUING, self.field,
+            "the exact coefficients need whole episodes from t = 0 (REINFORCE)")
 
   def bind(self, context: hooks.Context) -> hooks.Bound:
     env = context.env

@@ -146,7 +146,10 @@ def shadow(length: int, config, log: Callable) -> Dict:
   obs_size = int(np.prod(obs_shape))
   models = (hindsight_credit.Hindsight(
       "hca", cell_config("hca_return", length, config).hca, a, obs_size),
-            hindsight_credit.Hindsight("cocoa", cfg.cocoa, a, obs_size, values))
+            hindsight_credit.Hindsight(
+                "cocoa", cfg.cocoa, a, obs_size, values,
+                nets.tabular.env_groups(env, tuple(cfg.network.table_groups))
+                if cfg.cocoa.model == "tabular" else None))
   tx = optax.adamw(float(p.lr), weight_decay=float(config.weight_decay))
   episodes, horizon, lr_model = int(p.episodes), int(length), float(config.model_lr)
   obs0 = _first_obs(env, env_params)
