@@ -20,6 +20,9 @@ Variants:
       after it, so the key changes the apple rewards (docs/results/learned_credit.md).
   "tabular_tune": one cell of that tuning: L = 23, 4 seeds from base seed 1000,
       3,000 updates (the rates come from the command line).
+  "tabular_probe": the shadow mode with the table policy and COCOA's tabular model at
+      L = 23, 103, 300, 1000, 10 seeds, the policy at AdamW 0.01 on the exact gradient:
+      first-state SNR / bias / variance and learned COCOA's distractor credit mass per L.
   "smoke": seconds; what the tests run.
 Every field is documented in the study's default_config().
 """
@@ -48,11 +51,16 @@ def get_config(arg=None):
     c.lengths, c.updates, c.eval_every = (23, 103, 300, 1000), 10000, 200
     if arg == "tabular_tune":
       c.lengths, c.seeds, c.seed, c.updates, c.eval_every = (23,), 4, 1000, 3000, 250
+  elif arg == "tabular_probe":
+    c.policy, c.model, c.table_groups = "tabular", "tabular", (0,)
+    c.lengths, c.probe.lengths, c.probe.seeds = (), (23, 103, 300, 1000), 10
+    c.probe.lr = 0.01   # the table's logits move ~lr per AdamW step: J ~0.5 -> ~0.9 of its
+                        # best over the 300 updates (3e-4, the MLP's, barely moves a table)
   elif arg == "smoke":
     c.lengths, c.seeds, c.updates, c.eval_every, c.eval_episodes = (5,), 2, 4, 2, 8
     c.probe.lengths, c.probe.updates, c.probe.every, c.probe.draws = (5,), 2, 2, 4
     c.probe.seeds = 2
   else:
     raise ValueError(f"unknown variant {arg!r} (use '', 'l103', 'gate', 'probe', 'small', "
-                     f"'tabular', 'tabular_tune' or 'smoke')")
+                     f"'tabular', 'tabular_tune', 'tabular_probe' or 'smoke')")
   return c

@@ -301,3 +301,53 @@ def test_shadow_mode_runs_with_the_tabular_policy_and_model():
   assert lines[0].startswith("shadow L=5: update 0/2") and len(lines) == 3
   for row in out["rows"].values():
     assert all(np.isfinite(v) for v in row.values())
+  # Untrained, the tabular model gives w = 1 exactly, so its contributions are 0: the
+  # error on distractor steps is then the exact credit there, which is 0 (no action on an
+  # apple cell changes a later reward), and on the pivotal steps it is the exact credit.
+  first = out["points"][0]
+  np.testing.assert_allclose(first["distractor_error"], 0.0, atol=1e-6)
+  np.testing.assert_allclose(first["pivotal_error"], first["pivotal_credit"], rtol=1e-5)
+  assert min(first["pivotal_credit"]) > 0
+
+
+def test_credit_mass_against_a_loop():
+  """`probe.credit_mass` against a NumPy loop over episodes and steps."""
+  rng = np.random.default_rng(3)
+  t_len, n, a, length = 6, 5, 4, 6
+  learned, exact_c = rng.normal(size=(2, t_len, n, a)).astype(np.float32)
+  pi = rng.dirichlet(np.ones(a), size=(t_len, n)).astype(np.float32)
+  valid = np.ones((t_len, n), bool)
+  valid[4:, 1] = False
+  got = probe.credit_mass(learned, exact_c, pi, valid, length)
+  want = {k: 0.0 for k in probe.MASS_KEYS}
+  for j in range(n):
+    for t in range(t_len):
+      if not valid[t, j]:
+        continue
+      err = float(np.sum(pi[t, j] * np.abs(learned[t, j] - exact_c[t, j])))
+      if t in (0, length - 2):
+        want["pivotal_error"] += err / n
+        want["pivotal_credit"] += float(np.sum(pi[t, j] * np.abs(exact_c[t, j]))) / n
+      else:
+        want["distractor_error"] += err / n
+  for k in probe.MASS_KEYS:
+    np.testing.assert_allclose(float(got[k]), want[k], rtol=1e-5)
+
+
+def test_advantage_critic_ablation_builds_their_critic():
+  """`config.value_sizes = (256,)` gives Advantage's value torso one 256-unit layer (their
+  critic) and leaves the policy's 64-64 torso; other methods and the default are unchanged."""
+  from credit_jax.algos import train as train_lib
+  from credit_jax.experiments.cocoa_corridor.methods import cell_config
+  c = study.default_config()
+  c.value_sizes = (256,)
+
+  def torso_widths(method):
+    cfg = cell_config(method, 7, c)
+    env, env_params = train_lib.make_env(cfg)
+    network, obs_shape = train_lib.make_network(cfg, env, env_params, value_head=True)
+    params = train_lib.init_params(network, jax.random.key(0), obs_shape)["params"]
+    return {name: [params[name][k]["kernel"].shape[1] for k in sorted(params[name])]
+            for name in ("pi_torso", "v_torso")}
+  assert torso_widths("advantage") == {"pi_torso": [64, 64], "v_torso": [256]}
+  assert torso_widths("reinforce") == {"pi_torso": [64, 64], "v_torso": [64, 64]}

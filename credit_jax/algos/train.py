@@ -525,7 +525,7 @@ def make_network(config, env, env_params, value_head: bool):
   network = nets.ActorCritic(
       num_actions=env.num_actions, hidden_sizes=tuple(net.hidden_sizes),
       activation=net.activation, shared_torso=net.shared_torso, value_head=value_head,
-      obs_rank=len(obs_shape))
+      obs_rank=len(obs_shape), value_hidden_sizes=tuple(net.get("value_hidden_sizes", ())))
   return network, obs_shape
 
 

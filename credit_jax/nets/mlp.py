@@ -157,6 +157,7 @@ class ActorCritic(nn.Module):
   shared_torso: bool = False
   value_head: bool = True
   obs_rank: int = 1
+  value_hidden_sizes: Sequence[int] = ()   # the value torso's widths (): hidden_sizes
 
   @nn.compact
   def __call__(self, obs: Array) -> Tuple[Array, Array]:
@@ -175,7 +176,7 @@ class ActorCritic(nn.Module):
     if not self.value_head:
       return logits, jnp.zeros(logits.shape[:-1], jnp.float32)
     v_h = pi_h if self.shared_torso else MLP(
-        self.hidden_sizes, self.activation, name="v_torso")(x)
+        self.value_hidden_sizes or self.hidden_sizes, self.activation, name="v_torso")(x)
     value = _dense(1, 1.0, "Dense_1")(v_h)[..., 0]
     return logits, value
 

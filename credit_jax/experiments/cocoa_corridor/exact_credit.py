@@ -8,7 +8,7 @@ but with `w(s_t, a, m)` from `probe.corridor_credit`'s backward pass over (t, ha
 door_open) at the current policy (the epsilon mixture the agent acts with), instead of a
 fitted model. On the corridor the door flag is set only on the treasure cell, the last
 step, where no reward follows and w = 1; so a step's row is (t, has_key), has_key read
-from the observation's key one-hot.
+from the observation's key one-hot (`probe.step_coefficients`).
 
 Config block `cocoa_exact`: `enabled` (the study's `methods.cell_config` adds it for the
 method "cocoa_exact", and `study.features_of` passes the object). Corridor only
@@ -16,7 +16,6 @@ method "cocoa_exact", and `study.features_of` passes the object). Corridor only
 """
 from __future__ import annotations
 
-import chex
 import jax
 import jax.numpy as jnp
 
@@ -25,27 +24,11 @@ from credit_jax.addons import contributions as cb
 from credit_jax.addons import hindsight_credit, hooks
 from credit_jax.config import require
 from credit_jax.envs.conveyor_treasure import ConveyorTreasure
-from credit_jax.experiments.cocoa_corridor.probe import corridor_credit
+from credit_jax.experiments.cocoa_corridor.probe import corridor_credit, step_coefficients
 
 __all__ = ["ExactCocoa", "step_coefficients"]
 
 BLOCK = "cocoa_exact"
-_KEY_HELD = 8   # the observation's "one key held" feature (module doc of conveyor_treasure)
-
-
-def step_coefficients(w, obs, valid):
-  """`w [L, 4, A, M]` (`corridor_credit`) at each step of a batch `obs [T, B, D]`:
-  `[T, B, M, A]`, the row (t, has_key) of each step (module doc); 1 at invalid steps
-  (`valid [T, B]`). T <= L: row t of the batch is step t of its episode."""
-  chex.assert_rank([w, obs, valid], [4, 3, 2])
-  chex.assert_equal_shape_prefix([obs, valid], 2)
-  t_len = obs.shape[0]
-  if t_len > w.shape[0] or obs.shape[-1] <= _KEY_HELD:
-    raise ValueError(f"step_coefficients: obs [T, B, D] with T <= L = {w.shape[0]} and the "
-                     f"corridor's D = 9, got {obs.shape}")
-  key = (obs[..., _KEY_HELD] > 0.5).astype(jnp.int32)               # [T, B]
-  rows = w[jnp.arange(t_len)[:, None], key]                         # [T, B, A, M]
-  return jnp.where(valid[..., None, None], jnp.swapaxes(rows, -1, -2), 1.0)
 
 
 class ExactCocoa(hooks.Feature):

@@ -38,6 +38,8 @@ def cell_config(method: str, length: int, config) -> ml_collections.ConfigDict:
   c.ent_coef = entropy_coef(length)
   c.explore_epsilon = float(config.epsilon)
   c.network.hidden_sizes = tuple(config.hidden_sizes)
+  if method == "advantage" and tuple(config.get("value_sizes", ())):
+    c.network.value_hidden_sizes = tuple(config.value_sizes)   # the ablation's critic
   c.network.activation = "relu"
   c.network.kind = str(config.get("policy", "mlp"))   # mlp (theirs) | tabular
   c.network.table_groups = tuple(config.get("table_groups", ()))

@@ -35,6 +35,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Dict
 
+import chex
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
@@ -48,9 +49,12 @@ from credit_jax.envs.conveyor_treasure import ConveyorTreasure
 from credit_jax.experiments import report
 from credit_jax.experiments.cocoa_corridor.methods import cell_config
 
-__all__ = ["ESTIMATORS", "corridor_credit", "first_state_gradient", "rows_of", "shadow"]
+__all__ = ["ESTIMATORS", "MASS_KEYS", "corridor_credit", "credit_mass", "first_state_gradient",
+           "rows_of", "shadow", "step_coefficients"]
 
 ESTIMATORS = ("reinforce", "advantage_exact_v", "hca_return", "cocoa", "cocoa_exact_w")
+MASS_KEYS = ("distractor_error", "pivotal_error", "pivotal_credit")
+_KEY_HELD = 8   # the observation's "one key held" feature (module doc of conveyor_treasure)
 
 
 def corridor_credit(env: ConveyorTreasure, env_params, apply_fn: Callable, params):
@@ -83,6 +87,49 @@ def corridor_credit(env: ConveyorTreasure, env_params, apply_fn: Callable, param
   return q, w, probs
 
 
+def step_coefficients(w, obs, valid):
+  """`w [L, 4, A, M]` (`corridor_credit`) at each step of a batch `obs [T, B, D]`:
+  `[T, B, M, A]`, the row (t, has_key) of each step; 1 at invalid steps (`valid [T, B]`).
+  On the corridor the door flag is set only on the treasure cell, the last step, where no
+  reward follows and w = 1, so a step's row is (t, has_key), has_key read from the
+  observation's key one-hot. T <= L: row t of the batch is step t of its episode."""
+  chex.assert_rank([w, obs, valid], [4, 3, 2])
+  chex.assert_equal_shape_prefix([obs, valid], 2)
+  t_len = obs.shape[0]
+  if t_len > w.shape[0] or obs.shape[-1] <= _KEY_HELD:
+    raise ValueError(f"step_coefficients: obs [T, B, D] with T <= L = {w.shape[0]} and the "
+                     f"corridor's D = 9, got {obs.shape}")
+  key = (obs[..., _KEY_HELD] > 0.5).astype(jnp.int32)               # [T, B]
+  rows = w[jnp.arange(t_len)[:, None], key]                         # [T, B, A, M]
+  return jnp.where(valid[..., None, None], jnp.swapaxes(rows, -1, -2), 1.0)
+
+
+def credit_mass(learned, exact_c, pi, valid, length: int) -> Dict:
+  """The distractor credit mass (issue 50's diagnostic): how much credit a learned
+  COCOA model hands out where the exact coefficients hand out none.
+
+  learned, exact_c: [T, N, A] the contribution terms sum_m (w(s_t, a, m) - 1) F_t(m) of
+  the learned and the exact coefficients; pi: [T, N, A] the policy; valid: [T, N].
+  A step's error is sum_a pi(a | s_t) |learned - exact| (reward units). The pivotal steps
+  are the key cell (t = 0) and the door (t = L - 2); every other step is a distractor step,
+  where the exact contribution is 0 (no action there changes a later reward). Returns the
+  mean over the N episodes of the summed error over distractor steps
+  (`distractor_error`), over pivotal steps (`pivotal_error`), and the exact credit on the
+  pivotal steps, sum_a pi |exact| (`pivotal_credit`, what the error is to be read
+  against)."""
+  chex.assert_equal_shape([learned, exact_c, pi])
+  chex.assert_equal_shape_prefix([learned, valid], 2)
+  t = jnp.arange(learned.shape[0])[:, None]
+  pivotal = ((t == 0) | (t == int(length) - 2)) & valid
+  distract = valid & ~pivotal
+  err = jnp.sum(pi * jnp.abs(learned - exact_c), -1)                # [T, N]
+  size = jnp.sum(pi * jnp.abs(exact_c), -1)
+  per_episode = lambda x, m: jnp.mean(jnp.sum(jnp.where(m, x, 0.0), 0))
+  return {"distractor_error": per_episode(err, distract),
+          "pivotal_error": per_episode(err, pivotal),
+          "pivotal_credit": per_episode(size, pivotal)}
+
+
 def first_state_gradient(env, env_params, apply_fn, params):
   """The exact first-state gradient `g*` (module doc), a pytree like `params`;
   `apply_fn(params, obs [N, D]) -> logits [N, A]` of a memoryless policy."""
@@ -98,9 +145,11 @@ def _first_obs(env, env_params):
     return env.reset(jax.random.key(0), env_params)[0]
 
 
-def _first_state_contributions(traj, pi0, h_models, carries, logits, q0, w0, values):
+def _first_state_contributions(traj, pi0, h_models, carries, logits, q0, w, values):
   """[N, A] C_0(a) of every estimator (`ESTIMATORS` order) for N episodes `traj`
-  ([T, N]); pi0 [A] the policy at s_0; q0 [A] exact Q(s_0, .); w0 [A, M] exact w."""
+  ([T, N]); pi0 [A] the policy at s_0; q0 [A] exact Q(s_0, .); w [L, 4, A, M] exact w
+  (`corridor_credit`). Also the learned and exact COCOA contribution terms of every step
+  ([T, N, A] each, for `credit_mass`)."""
   a0 = traj.actions[0]
   hot = jax.nn.one_hot(a0, pi0.shape[0])
   rewards = jnp.where(traj.valid, traj.rewards, 0.0)
@@ -112,11 +161,13 @@ def _first_state_contributions(traj, pi0, h_models, carries, logits, q0, w0, val
   credit, _, _ = cocoa.credit(carries[1][cocoa.owns[0]], logits, traj, 1.0)
   classes = cb.reward_classes(rewards, values)
   future, _ = cb.future_by_class(rewards, classes, len(values), 1.0, traj.dones, traj.valid)
-  exact_c = jnp.einsum("am,nm->na", w0 - 1.0, future[0])
+  exact_c = jnp.einsum("tnma,tnm->tna", step_coefficients(w, traj.obs, traj.valid) - 1.0,
+                       future)
+  learned = jnp.where(traj.valid[..., None], credit.contributions, 0.0)
   immediate = per_taken(rewards[0])
-  return jnp.stack([per_taken(g0), per_taken(g0 - jnp.sum(pi0 * q0)),
-                    per_taken(adv_h[0]),
-                    immediate + credit.contributions[0], immediate + exact_c])  # [E, N, A]
+  c0 = jnp.stack([per_taken(g0), per_taken(g0 - jnp.sum(pi0 * q0)), per_taken(adv_h[0]),
+                  immediate + credit.contributions[0], immediate + exact_c[0]])  # [E, N, A]
+  return c0, learned, exact_c
 
 
 def rows_of(points) -> Dict:
@@ -124,9 +175,12 @@ def rows_of(points) -> Dict:
   and over the measurements after update 0 (there the untrained models give exactly no
   credit, 0 dB SNR by construction, which says nothing)."""
   later = [pt for pt in points if pt["update"] > 0] or points
-  return {name: {k: float(np.mean([np.asarray(pt[k])[:, j] for pt in later]))
+  rows = {name: {k: float(np.mean([np.asarray(pt[k])[:, j] for pt in later]))
                  for k in ("snr_db", "bias_db", "bias_floor_db", "variance_db")}
           for j, name in enumerate(ESTIMATORS)}
+  if all(k in pt for pt in later for k in MASS_KEYS):   # rows written before it: without
+    rows["cocoa"].update({k: float(np.mean([pt[k] for pt in later])) for k in MASS_KEYS})
+  return rows
 
 
 def shadow(length: int, config, log: Callable) -> Dict:
@@ -151,7 +205,8 @@ def shadow(length: int, config, log: Callable) -> Dict:
                 nets.tabular.env_groups(env, tuple(cfg.network.table_groups))
                 if cfg.cocoa.model == "tabular" else None))
   tx = optax.adamw(float(p.lr), weight_decay=float(config.weight_decay))
-  episodes, horizon, lr_model = int(p.episodes), int(length), float(config.model_lr)
+  episodes, horizon = int(p.episodes), int(length)
+  lr_models = (float(cell_config("hca_return", length, config).hca.lr), float(cfg.cocoa.lr))
   obs0 = _first_obs(env, env_params)
 
   def init(key):
@@ -163,8 +218,8 @@ def shadow(length: int, config, log: Callable) -> Dict:
     params, opt, carries = carry
     traj = rollout.collect_episodes(env, env_params, policy, params, key, episodes, horizon)
     logits = apply_fn(params, traj.obs)
-    carries = tuple(m.train(c, traj, 1.0, lr_model, key, logits)[0]
-                    for m, c in zip(models, carries))
+    carries = tuple(m.train(c, traj, 1.0, lr, key, logits)[0]
+                    for m, c, lr in zip(models, carries, lr_models))
     grad = exact.gradient(env, env_params, apply_fn, params)
     upd, opt = tx.update(jax.tree.map(jnp.negative, grad), opt, params)
     return (optax.apply_updates(params, upd), opt, carries), None
@@ -178,8 +233,8 @@ def shadow(length: int, config, log: Callable) -> Dict:
     n = int(p.draws) * episodes
     traj = rollout.collect_episodes(env, env_params, policy, params, key, n, horizon)
     logits = apply_fn(params, traj.obs)
-    c0 = _first_state_contributions(traj, jax.nn.softmax(logits[0, 0]), models, carries,
-                                    logits, q[0, 0], w[0, 0], values)  # [E, N, A]
+    c0, learned, exact_c = _first_state_contributions(
+        traj, jax.nn.softmax(logits[0, 0]), models, carries, logits, q[0, 0], w, values)
     g = c0 @ jac                                                       # [E, N, P]
     g_star = q[0, 0] @ jac
     norm2 = jnp.sum(g_star ** 2)
@@ -191,14 +246,17 @@ def shadow(length: int, config, log: Callable) -> Dict:
     return {"snr_db": db(norm2 / jnp.mean(jnp.sum((g - g_star) ** 2, -1), -1)),
             "bias_db": db(jnp.maximum(bias2, floor) / norm2),
             "bias_floor_db": db(floor / norm2), "variance_db": db(var / norm2),
-            "objective": exact.objective(env, env_params, apply_fn, params)}
+            "objective": exact.objective(env, env_params, apply_fn, params),
+            **credit_mass(learned, exact_c, jax.nn.softmax(logits), traj.valid, length)}
 
   seeds = int(p.get("seeds", 3))
   keys = jax.random.split(jax.random.key(int(config.seed) + 17), seeds)
   carry = jax.jit(jax.vmap(init))(keys)
   every = int(p.every)
   run = jax.jit(jax.vmap(lambda c, k: jax.lax.scan(update, c, jax.random.split(k, every))[0]))
-  meas = jax.jit(jax.vmap(measure))
+  # one seed at a time: a measurement's batch (draws x episodes x L steps through the
+  # models) is the memory peak, and at L = 1000 ten seeds of it at once do not fit
+  meas = jax.jit(lambda c, k: jax.lax.map(lambda x: measure(*x), (c, k)))
   t0 = time.time()
   points = []
   progress = report.throttled(log, float(config.get("progress_s", 60.0)))

@@ -71,6 +71,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.eval_every = 200              # updates between evaluations (theirs: 100)
   c.eval_episodes = 256           # episodes per evaluation (theirs: 512)
   c.hidden_sizes = (64, 64)       # the policy's MLP (theirs), ReLU
+  c.value_sizes = ()              # Advantage's value torso ((): hidden_sizes, ours); their
+                                  # critic: (256,), one hidden layer (an ablation)
   c.policy = "mlp"                # mlp (theirs) | tabular: a table over the observed cell
                                   # content and key (nets/tabular.py; no time feature)
   c.table_groups = ()             # tabular: the observation's one-hot groups it reads
@@ -242,6 +244,12 @@ def _markdown(summary) -> str:
     for k, v in p["rows"].items():
       lines.append(f"| {k} | {v['snr_db']:.1f} | {v['bias_db']:.1f} | "
                    f"{v['bias_floor_db']:.1f} | {v['variance_db']:.1f} |")
+    mass = p["rows"]["cocoa"]
+    if "distractor_error" in mass:
+      lines += ["", f"Learned COCOA's credit error per episode (reward units): distractor "
+                f"steps {mass['distractor_error']:.4f}, pivotal steps "
+                f"{mass['pivotal_error']:.4f}, against the exact pivotal credit "
+                f"{mass['pivotal_credit']:.4f}"]
   return "\n".join(lines) + "\n"
 
 
