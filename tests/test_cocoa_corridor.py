@@ -308,6 +308,10 @@ def test_shadow_mode_runs_with_the_tabular_policy_and_model():
   np.testing.assert_allclose(first["distractor_error"], 0.0, atol=1e-6)
   np.testing.assert_allclose(first["pivotal_error"], first["pivotal_credit"], rtol=1e-5)
   assert min(first["pivotal_credit"]) > 0
+  assert set(probe.MASS_KEYS) <= set(out["rows"]["cocoa"])
+  workdir = tempfile.mkdtemp()
+  study.probe_figure({"probe": [out]}, workdir)
+  assert os.path.getsize(os.path.join(workdir, "shadow_vs_length.png")) > 0
 
 
 def test_credit_mass_against_a_loop():

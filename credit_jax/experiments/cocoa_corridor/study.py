@@ -253,8 +253,38 @@ def _markdown(summary) -> str:
   return "\n".join(lines) + "\n"
 
 
+def probe_figure(summary, workdir: str) -> None:
+  """shadow_vs_length.png: each estimator's first-state SNR, bias and variance (dB) against
+  L, and learned COCOA's distractor credit error beside the exact pivotal credit."""
+  probes = sorted(summary.get("probe", []), key=lambda p: p["length"])
+  if not probes:
+    return
+  ls = [p["length"] for p in probes]
+  fig, axes = report.figure(1, 4, figsize=(17.0, 4.0))
+  for ax, key in zip(axes[0], ("snr_db", "bias_db", "variance_db")):
+    for name in probe.ESTIMATORS:
+      ax.plot(ls, [p["rows"][name][key] for p in probes], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("corridor length L")
+    ax.set_ylabel(key.replace("_db", " (dB re |g*|^2)"))
+  axes[0, 0].legend(fontsize=7)
+  ax = axes[0, 3]
+  if all("distractor_error" in p["rows"]["cocoa"] for p in probes):
+    for key in probe.MASS_KEYS:
+      ax.plot(ls, [p["rows"]["cocoa"][key] for p in probes], marker="o", label=key)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("corridor length L")
+    ax.set_ylabel("per episode, reward units")
+    ax.set_title("learned COCOA's credit error")
+    ax.legend(fontsize=7)
+  report.save_figure(fig, workdir, "shadow_vs_length.png")
+
+
 def figures(summary, workdir: str) -> None:
-  """treasure_vs_length.png (the paper-style figure) and curves_L<max>.png."""
+  """treasure_vs_length.png (the paper-style figure), curves_L<max>.png and, with shadow
+  rows, shadow_vs_length.png."""
+  probe_figure(summary, workdir)
   cells = summary["cells"]
   if not cells:
     return
@@ -323,4 +353,5 @@ def run(config, workdir: str, log=print) -> dict:
     for length in config.probe.lengths:
       summary["probe"].append(probe.shadow(int(length), config, log))
       report.write_summary(workdir, summary, _markdown(summary))
+      probe_figure(summary, workdir)
   return summary
