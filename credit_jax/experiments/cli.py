@@ -58,8 +58,9 @@ def main(experiment: ModuleType) -> None:
     fast_paths.set_enabled(jax.default_backend() == "cpu" if fast is None else fast)
     dog = watchdog.Watchdog(
         watchdog_options(),
-        describe=lambda: (f"{name} in {workdir_flag.value}: rerun the same command "
-                          f"(finished parts are not saved between cells)."),
+        describe=lambda: (f"{name} in {workdir_flag.value}: rerun the same command; it "
+                          f"resumes from what the workdir holds (finished cells, and the "
+                          f"chunks of a cell where the study saves them)."),
         advice=launch.hang_advice)
     log = watchdog.heartbeat_log(dog, lambda line: print(line, flush=True))
 
