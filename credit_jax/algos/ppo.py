@@ -195,16 +195,27 @@ def make_train(config, features=()) -> train_lib.Train:
         key=keys[-1], update=jnp.zeros((), jnp.int32),
         aux=aux_fn(*keys[agent.param_keys:-1]))
 
+  def init_aux(k_env):
+    """Continuing windows' carry: the hooks', the environments after a reset, the
+    episode bookkeeping and a sequential agent's memory."""
+    aux = hooks.init(jax.random.fold_in(k_env, 2) if hooks.init_keys else None)
+    obs, env_state = rollout.reset(env, hooks.initial_env_params(aux, env_params), k_env,
+                                   num_envs)
+    aux = {**aux, **episodes.continuing_init(num_envs, with_success),
+           "env_state": env_state, "obs": obs}
+    if agent.sequential:
+      aux["policy_state"] = rollout.initial_policy_state(agent.policy(), num_envs)
+    return aux
+
   if episodic(config):
     init_fn = lambda key, hp: init_state(key, hp, hooks.init_keys, hooks.init)
-    update_fn = _episodes_update(config, env, env_params, agent, hooks, learn, with_success)
     steps = num_envs * min(num_steps, train_lib.episode_limit(env, env_params) or num_steps)
   else:
-    init_fn, update_fn = _continuing(config, env, env_params, agent, hooks, learn,
-                                     init_state, with_success)
+    init_fn = lambda key, hp: init_state(key, hp, 1, init_aux)
     steps = num_envs * num_steps
   train = train_lib.Train(
-      config=config, init_fn=init_fn, update_fn=update_fn,
+      config=config, init_fn=init_fn,
+      update_fn=_update(config, env, env_params, agent, hooks, learn, with_success),
       default_hparams={**{k: config[k] for k in HPARAMS},
                        **features_lib.hparams(config, passed)},
       num_updates=n_updates, env_steps_per_update=steps,
@@ -215,41 +226,57 @@ def make_train(config, features=()) -> train_lib.Train:
   return ppo_agent.with_gae_gradient(config, train, checked.made)
 
 
-def _continuing(config, env, env_params, agent, hooks, learn, init_state,
-                with_success: bool):
-  """`(init_fn, update_fn)` of PPO on continuing windows: `num_steps` steps of `num_envs`
-  auto-resetting environments per update (episodes, and a sequence network's memory,
-  continue across updates), the hooks' env params and shaping, the agent's values and
-  GAE with boundaries as data, the estimator slot, the minibatch epochs; metrics: the
-  epochs', `lr`, `value_mean`, `advantage_std`, the episodes that ended in the window."""
+def _update(config, env, env_params, agent, hooks, learn, with_success: bool):
+  """PPO's update: the hooks' env params and shaping, the agent's values and GAE, the
+  estimator slot, the minibatch epochs. Continuing windows (default): `num_steps` steps
+  of `num_envs` auto-resetting environments (episodes, and a sequence network's memory,
+  continue across updates), boundaries as data. Whole episodes (`config.rollout =
+  "episodes"`): `num_envs` episodes of up to `num_steps` steps from fresh resets, a
+  truncated step or the last one of a cut episode bootstrapping from its final
+  observation's value; HCA's advantages or COCOA's per-action credit replace GAE's
+  while the value head regresses GAE's targets; the epochs mask invalid steps. Metrics:
+  the epochs', `lr`, `value_mean`, `advantage_std`, `return`, `success` (on episodes, of
+  these episodes, with `episode_length`)."""
   num_envs, num_steps = int(config.num_envs), int(config.num_steps)
-
-  def init_aux(k_env):
-    aux = hooks.init(jax.random.fold_in(k_env, 2) if hooks.init_keys else None)
-    obs, env_state = rollout.reset(env, hooks.initial_env_params(aux, env_params), k_env,
-                                   num_envs)
-    aux = {**aux, **episodes.continuing_init(num_envs, with_success),
-           "env_state": env_state, "obs": obs}
-    if agent.sequential:
-      aux["policy_state"] = rollout.initial_policy_state(agent.policy(), num_envs)
-    return aux
+  whole = episodic(config)
 
   def update_fn(state, hp):
     key, k_roll, k_perm = jax.random.split(state.key, 3)
     params, aux = state.params, state.aux
     start = aux.get("policy_state")
     roll_params, notes = hooks.env_params(aux, env_params, state.update, k_perm)
-    traj, (env_state, obs, *end) = rollout.collect(
-        env, roll_params, agent.policy(), params, k_roll, aux["env_state"], aux["obs"],
-        num_steps, policy_state=start)
+    if whole:
+      traj = rollout.collect_episodes(env, roll_params, agent.policy(), params, k_roll,
+                                      num_envs, num_steps)
+    else:
+      traj, (env_state, obs, *end) = rollout.collect(
+          env, roll_params, agent.policy(), params, k_roll, aux["env_state"], aux["obs"],
+          num_steps, policy_state=start)
     signal, aux, hook_metrics = hooks.shape_rewards(
         aux, hooks_lib.Signal(traj.rewards), traj, hp, k_perm, state.update, params)
-    advantages, values = agent.advantages(params, traj, signal.rewards, start, obs,
-                                          end[0] if end else None, hp)
-    advantages, aux, est_metrics = hooks.advantages(aux, hooks_lib.EstimatorInput(
-        traj, signal, values, advantages, params, hp, k_perm))
+    valid = traj.valid
+    if whole:
+      logits, values = agent.apply(params, traj.obs)
+      final = agent.apply(params, traj.final_obs)[1]
+      own = returns.gae(jnp.where(valid, signal.rewards, 0.0), hp["gamma"],
+                        jnp.concatenate([values, final[-1:]], axis=0), hp["gae_lambda"],
+                        terminated=traj.terminated & valid,
+                        truncated=traj.truncated & valid, final_values=final,
+                        method=str(config.gae_method))
+    else:
+      own, values = agent.advantages(params, traj, signal.rewards, start, obs,
+                                     end[0] if end else None, hp)
+    credit, aux, est_metrics = hooks.advantages(aux, hooks_lib.EstimatorInput(
+        traj, signal, values, own, params, hp, k_perm))
+    # the value targets: GAE's on episodes, the estimator's advantages on windows
+    advantages = own if whole else credit
     data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
-            "values": values, "advantages": advantages, "targets": advantages + values}
+            "values": values, "advantages": credit, "targets": advantages + values}
+    if whole:
+      data["valid"] = valid
+    if isinstance(credit, contributions.CocoaCredit):   # whole episodes only
+      data["advantages"] = credit._replace(coefficients=None)
+      data["old_logits"] = jax.lax.stop_gradient(logits)
     if agent.sequential:   # whole windows: [T, B] -> [B, T], the sequence inputs, carry
       prev_a, prev_r, starts = rollout.sequence_inputs(traj, start)
       data.update(prev_actions=prev_a, prev_rewards=prev_r, starts=starts)
@@ -258,75 +285,30 @@ def _continuing(config, env, env_params, agent, hooks, learn, init_state,
     else:
       data = jax.tree.map(lambda x: x.reshape((num_envs * num_steps,) + x.shape[2:]), data)
     params, opt_state, metrics, lr = learn(state, params, data, hp, k_perm)
-    ep_metrics, ep_carry = episodes.continuing_update(
-        traj.rewards, traj.dones, aux, with_success, episodes.success_signal(traj))
-    metrics.update(lr=lr, value_mean=values.mean(), advantage_std=advantages.std(),
-                   **ep_metrics, **hooks_lib.merge_metrics(hook_metrics, est_metrics))
+    if whole:
+      ep_carry, taken = {}, jnp.sum(valid).astype(jnp.float32)
+      ep_metrics = {"value_mean": episodes.masked_mean(values, valid),
+                    "advantage_std": jnp.sqrt(episodes.masked_mean(jnp.square(
+                        own - episodes.masked_mean(own, valid)), valid)),
+                    "episode_length": jnp.sum(valid, axis=0).astype(jnp.float32).mean(),
+                    "return": jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0).mean()}
+      if with_success:
+        hit = valid & (episodes.success_signal(traj) > 0)
+        ep_metrics["success"] = jnp.mean(jnp.any(hit, axis=0).astype(jnp.float32))
+    else:
+      ep_metrics, ep_carry = episodes.continuing_update(
+          traj.rewards, traj.dones, aux, with_success, episodes.success_signal(traj))
+      ep_metrics.update(value_mean=values.mean(), advantage_std=advantages.std())
+      taken = jnp.float32(num_envs * num_steps)
+    metrics.update(lr=lr, **ep_metrics, **hooks_lib.merge_metrics(hook_metrics, est_metrics))
     if hooks.counts_steps:   # steps taken: the rollout's and the hooks' (vines)
-      metrics["env_steps"] = jnp.float32(num_envs * num_steps) + metrics.get(
-          "env_steps", 0.0)
+      metrics["env_steps"] = taken + metrics.get("env_steps", 0.0)
     aux, metrics = hooks.observe(aux, notes, hooks_lib.Outcome(
         metrics.get("success"), advantages, traj), metrics)
-    aux = {**aux, **ep_carry, "env_state": env_state, "obs": obs}
-    if end:   # a sequential agent's memory at the next window's start
-      aux["policy_state"] = end[0]
-    return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
-                                update=state.update + 1, aux=aux), metrics
-
-  return (lambda key, hp: init_state(key, hp, 1, init_aux)), update_fn
-
-
-def _episodes_update(config, env, env_params, agent, hooks, learn, with_success: bool):
-  """PPO's update on whole episodes (`config.rollout = "episodes"`): `num_envs` episodes
-  of up to `num_steps` steps from fresh resets, the hooks' shaping, GAE over each
-  episode's steps (a truncated step, or the last one of a cut episode, bootstraps from
-  the value of its final observation), the estimator slot (HCA's advantages or COCOA's
-  per-action credit replace GAE's; the value head still regresses GAE's targets), then
-  the minibatch epochs over the valid steps (`losses.ppo_objective` with `valid`).
-  Metrics: PPO's, with `return`, `episode_length` and `success` of these episodes."""
-  num_envs, num_steps = int(config.num_envs), int(config.num_steps)
-  policy = agent.policy()
-
-  def update_fn(state, hp):
-    key, k_roll, k_perm = jax.random.split(state.key, 3)
-    params, aux = state.params, state.aux
-    roll_params, notes = hooks.env_params(aux, env_params, state.update, k_perm)
-    traj = rollout.collect_episodes(env, roll_params, policy, params, k_roll, num_envs,
-                                    num_steps)
-    signal, aux, hook_metrics = hooks.shape_rewards(
-        aux, hooks_lib.Signal(traj.rewards), traj, hp, k_perm, state.update, params)
-    valid = traj.valid
-    logits, values = agent.apply(params, traj.obs)
-    final = agent.apply(params, traj.final_obs)[1]
-    own = returns.gae(jnp.where(valid, signal.rewards, 0.0), hp["gamma"],
-                      jnp.concatenate([values, final[-1:]], axis=0), hp["gae_lambda"],
-                      terminated=traj.terminated & valid, truncated=traj.truncated & valid,
-                      final_values=final, method=str(config.gae_method))
-    credit, aux, est_metrics = hooks.advantages(aux, hooks_lib.EstimatorInput(
-        traj, signal, values, own, params, hp, k_perm))
-    data = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs,
-            "values": values, "advantages": credit, "targets": own + values,
-            "valid": valid}
-    if isinstance(credit, contributions.CocoaCredit):
-      data["advantages"] = credit._replace(coefficients=None)
-      data["old_logits"] = jax.lax.stop_gradient(logits)
-    data = jax.tree.map(lambda x: x.reshape((num_envs * num_steps,) + x.shape[2:]), data)
-    params, opt_state, metrics, lr = learn(state, params, data, hp, k_perm)
-    ep_return = jnp.sum(jnp.where(valid, traj.rewards, 0.0), axis=0)
-    metrics.update(lr=lr, value_mean=episodes.masked_mean(values, valid),
-                   advantage_std=jnp.sqrt(episodes.masked_mean(jnp.square(
-                       own - episodes.masked_mean(own, valid)), valid)),
-                   episode_length=jnp.sum(valid, axis=0).astype(jnp.float32).mean(),
-                   **{"return": ep_return.mean()},
-                   **hooks_lib.merge_metrics(hook_metrics, est_metrics))
-    if with_success:
-      hit = valid & (episodes.success_signal(traj) > 0)
-      metrics["success"] = jnp.mean(jnp.any(hit, axis=0).astype(jnp.float32))
-    if hooks.counts_steps:
-      metrics["env_steps"] = jnp.sum(valid).astype(jnp.float32) + metrics.get(
-          "env_steps", 0.0)
-    aux, metrics = hooks.observe(aux, notes, hooks_lib.Outcome(
-        metrics.get("success"), own, traj), metrics)
+    if not whole:
+      aux = {**aux, **ep_carry, "env_state": env_state, "obs": obs}
+      if end:   # a sequential agent's memory at the next window's start
+        aux["policy_state"] = end[0]
     return train_lib.TrainState(params=params, opt_state=opt_state, key=key,
                                 update=state.update + 1, aux=aux), metrics
 
