@@ -258,23 +258,13 @@ def turn_shaping(info, num_turns: int) -> jax.Array:
   return (info["call_end"] & info["call_needed"]).astype(jnp.float32) / num_turns
 
 
-def sft_loss(network, params, demo: tokens.Demonstrations):
-  """Next-token cross-entropy on the agent's tokens of oracle demonstrations; `(loss [],
-  accuracy [])` (accuracy: the argmax is the oracle's token)."""
-  logits, _ = lm.sequence(network, params, demo.obs[..., 0])            # [T, B, V]
-  log_probs = mlp.categorical_log_prob(logits, demo.actions)
-  mask = demo.agent
-  right = (jnp.argmax(logits, -1) == demo.actions).astype(jnp.float32)
-  return (-episodes.masked_mean(log_probs, mask),
-          episodes.masked_mean(right, mask))
-
-
-def _sft_loss_mixed(network, params, demos):
-  """`sft_loss` over demonstrations of several lengths (a list of `Demonstrations`): the
-  cross-entropy and accuracy averaged over all their agent tokens together."""
+def sft_loss(network, params, demos):
+  """Next-token cross-entropy on the agent's tokens of oracle demonstrations `demos` (a
+  `Demonstrations`, or a list of them of several lengths: averaged over all their agent
+  tokens together); `(loss [], accuracy [])` (accuracy: the argmax is the oracle's token)."""
   nll = right = count = 0.0
-  for demo in demos:
-    logits, _ = lm.sequence(network, params, demo.obs[..., 0])
+  for demo in demos if isinstance(demos, list) else [demos]:
+    logits, _ = lm.sequence(network, params, demo.obs[..., 0])            # [T, B, V]
     mask = demo.agent.astype(jnp.float32)
     nll += -jnp.sum(mlp.categorical_log_prob(logits, demo.actions) * mask)
     right += jnp.sum((jnp.argmax(logits, -1) == demo.actions) * mask)
@@ -305,12 +295,8 @@ class Supervised:
     return self.optimizer.init(params, hp["max_grad_norm"])
 
   def loss(self, params, key):
-    if len(self.envs) == 1:
-      env, env_params = self.envs[0]
-      return sft_loss(self.network, params,
-                      tokens.demonstrations(env, env_params, key, self.batch))
-    keys = jax.random.split(key, len(self.envs))
-    return _sft_loss_mixed(self.network, params, [
+    keys = [key] if len(self.envs) == 1 else jax.random.split(key, len(self.envs))
+    return sft_loss(self.network, params, [
         tokens.demonstrations(e, p, k, self.batch) for (e, p), k in zip(self.envs, keys)])
 
   def run(self, params, opt_state, keys, hp):
