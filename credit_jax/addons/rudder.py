@@ -79,7 +79,6 @@ from credit_jax.addons import hooks
 from credit_jax.addons.contributions import check_shape, check_time_batch
 from credit_jax.config import require, require_range
 from credit_jax.nets.credit_models import ReturnPredictor
-from credit_jax.types import Trajectory
 
 __all__ = ["Columns", "Rudder", "RudderFeature", "add_config", "columns_of", "lessons_add",
            "lessons_init", "lessons_sample", "redistribute", "whole_episodes", "window_of"]
@@ -185,12 +184,6 @@ def _episode_tokens(obs: Array, actions: Array, rewards: Array, num_actions: int
   if with_reward:
     parts.append(rewards.astype(jnp.float32)[..., None])
   return jnp.concatenate(parts, axis=-1)
-
-
-def _trajectory_tokens(traj: Trajectory, num_actions: int, with_reward: bool = True
-                      ) -> Array:
-  """`_episode_tokens` of a `Trajectory [T, B]`."""
-  return _episode_tokens(traj.obs, traj.actions, traj.rewards, num_actions, with_reward)
 
 
 def window_of(x: Array, steps: int) -> Array:
