@@ -32,23 +32,14 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from credit_jax import returns
+from credit_jax.returns import _check_like, _shape   # the input checks returns.py uses
 
 _SCHEMES = ("terminal", "rtg", "gae")
-
-
-def _shape(x: Any) -> tuple:
-  return tuple(np.shape(x))
 
 
 def _check_rank(name: str, x: Any, rank: int, what: str) -> None:
   if np.ndim(x) != rank:
     raise ValueError(f"{name} must be {what} (rank {rank}), got shape {_shape(x)}")
-
-
-def _check_like(name: str, x: Any, ref_name: str, ref_shape: tuple) -> None:
-  if _shape(x) != ref_shape:
-    raise ValueError(f"{name} must have the shape of {ref_name} {ref_shape}, got "
-                     f"{_shape(x)}")
 
 
 # ---------------------------------------------------------------------------------------

@@ -92,9 +92,10 @@ def _check_per_step(name: str, x: ArrayLike, shape: Tuple[int, ...]) -> None:
                      f"{shape} like rewards, got shape {xs}")
 
 
-def _check_same(name: str, x: ArrayLike, shape: Tuple[int, ...]) -> None:
-  if _shape(x) != shape:
-    raise ValueError(f"{name} must have the shape of rewards {shape}, got {_shape(x)}")
+def _check_like(name: str, x: ArrayLike, ref_name: str, ref_shape: tuple) -> None:
+  if _shape(x) != ref_shape:
+    raise ValueError(f"{name} must have the shape of {ref_name} {ref_shape}, got "
+                     f"{_shape(x)}")
 
 
 def _check_values(values: ArrayLike, shape: Tuple[int, ...]) -> None:
@@ -130,7 +131,7 @@ def _check_boundaries(shape, terminated, truncated, final_values) -> None:
       raise ValueError(f"{name} must be a [T, ...] array, got {type(x).__name__}")
     if not (jnp.issubdtype(x.dtype, jnp.bool_) or jnp.issubdtype(x.dtype, jnp.number)):
       raise ValueError(f"{name} must be bool (or 0/1 numbers), got dtype {x.dtype}")
-    _check_same(name, x, shape)
+    _check_like(name, x, "rewards", shape)
   if truncated is not None and final_values is None:
     raise ValueError("truncated needs final_values [T, ...]: a truncated step "
                      "bootstraps from the value of its final observation")
@@ -139,7 +140,7 @@ def _check_boundaries(shape, terminated, truncated, final_values) -> None:
       raise ValueError("final_values is only read at truncated steps; pass truncated "
                        "[T, ...] with it")
     _check_float("final_values", final_values)
-    _check_same("final_values", final_values, shape)
+    _check_like("final_values", final_values, "rewards", shape)
 
 
 def _check_common(rewards, discounts, terminated, truncated, final_values, method):
