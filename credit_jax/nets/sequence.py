@@ -44,16 +44,12 @@ from jax import Array
 import jax.numpy as jnp
 import numpy as np
 
-from credit_jax.nets import gru, initializers, lm
+from credit_jax.nets import gru, lm
+from credit_jax.nets.mlp import _dense   # orthogonal kernel, zero bias: the MLPs' layer
 from credit_jax import nets
 from credit_jax.types import SequencePolicy
 
 KINDS = ("gru", "transformer")
-
-
-def _dense(features: int, scale: float) -> nn.Dense:
-  return nn.Dense(features, kernel_init=initializers.orthogonal(scale),
-                  bias_init=nn.initializers.zeros)
 
 
 def _token(obs: Array, prev_action: Array, prev_reward: Array, num_actions: int,
