@@ -187,14 +187,9 @@ def collect_episodes(env: Any, env_params: Any, policy_fn: PolicyFn,
     including the first step where env b's episode terminated or was truncated.
     With `keep_states`, `(traj, StepStates)` with leaves [horizon, num_envs, ...].
   """
-  horizon = check_int("horizon", horizon, minimum=1)
-  key_reset, key_run = jax.random.split(key)
-  obs, env_state = reset(env, env_params, key_reset, num_envs)
-  out = _scan(env, env_params, policy_fn, policy_params, key_run, env_state, obs,
-              horizon, num_envs, _fresh_policy_state(policy_fn, num_envs),
-              keep_states=bool(keep_states))
-  traj = out[0]._replace(valid=first_episode_mask(out[0].terminated, out[0].truncated))
-  return (traj, out[2]) if keep_states else traj
+  out = collect_groups(env, env_params, policy_fn, policy_params, key, num_envs, 1,
+                       horizon, keep_states)                    # groups of one episode
+  return jax.tree.map(lambda x: x[:, :, 0], out)
 
 
 def collect_groups(env: Any, env_params: Any, policy_fn: PolicyFn, policy_params: Any,
