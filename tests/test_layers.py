@@ -7,7 +7,7 @@ import os
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 # The top-level modules of credit_jax/ (everything else is a layer folder).
 CORE = {"types", "config", "recurrence", "returns", "baselines", "relabel", "replay",
-        "episodes", "rollout", "diagnostics", "stats", "survival", "fast_paths",
+        "episodes", "rollout", "diagnostics", "stats", "fast_paths",
         "threefry_cpu", "exact"}
 # Lowest first: a module may import from its own layer and those before it.
 ORDER = ("envs", "core", "nets", "search", "addons", "algos", "runtime", "experiments",

@@ -1,8 +1,8 @@
-"""credit_jax/survival.py against hand-computed Kaplan-Meier cases and brute force."""
+"""credit_jax/experiments/survival.py against hand-computed Kaplan-Meier cases and brute force."""
 import numpy as np
 import pytest
 
-from credit_jax import survival
+from credit_jax.experiments import survival
 from credit_jax.experiments.horizon_answer import part_b
 from credit_jax.experiments.probes.credit_horizon import first_crossing
 

@@ -13,7 +13,7 @@ Order: every tuning cell, then the reported cells by T (shortest first), family,
 a run cut short has every arm at its shorter T. A finished cell is read, not rerun; a
 running one resumes from its checkpoint (`learning.run_cell`).
 
-Statistics per (family, T, arm) (`credit_jax/survival.py`, scipy's log-rank test):
+Statistics per (family, T, arm) (`credit_jax/experiments/survival.py`, scipy's log-rank test):
 seeds at the threshold, the Kaplan-Meier median updates and env steps, the restricted
 mean updates (tau `max_updates`) and env steps (tau the least of the arms' budgets at
 that T, `max_updates` x `steps_per_update`) with percentile bootstrap intervals; against
@@ -32,7 +32,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from credit_jax import survival
+from credit_jax.experiments import survival
 from credit_jax.experiments import report
 from credit_jax.experiments.horizon_answer import anatomy, learning
 

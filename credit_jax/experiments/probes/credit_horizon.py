@@ -15,7 +15,7 @@ updates each seed's **exact** success probability J comes from the DP
 with J >= `threshold`, or censored at `max_updates`. Reported per T: seeds reaching it,
 the Kaplan-Meier median and restricted mean (tau = max_updates) with bootstrap intervals,
 and the local log-log slopes of the mean time between consecutive T with paired bootstrap
-intervals (seeds share keys across T) (`credit_jax/survival.py`).
+intervals (seeds share keys across T) (`credit_jax/experiments/survival.py`).
 
 **Estimator bias** (`study = "gradient_bias"`). At T = `bias_horizon` on the same probe, a
 fixed tabular policy (logits `bias_scale` x N(0, 1) from `seed`, plus `bias_right_logit` on
@@ -40,7 +40,8 @@ import ml_collections
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from credit_jax import envs, exact, nets, rollout, stats, survival
+from credit_jax import envs, exact, nets, rollout, stats
+from credit_jax.experiments import survival
 from credit_jax.algos import ConfigError, make_train, reinforce, train as train_lib
 from credit_jax.experiments import report
 
