@@ -355,3 +355,21 @@ def test_advantage_critic_ablation_builds_their_critic():
             for name in ("pi_torso", "v_torso")}
   assert torso_widths("advantage") == {"pi_torso": [64, 64], "v_torso": [256]}
   assert torso_widths("reinforce") == {"pi_torso": [64, 64], "v_torso": [64, 64]}
+
+
+def test_a_critic_width_nothing_uses_is_refused():
+  """`value_sizes` with the table policy, and `network.value_hidden_sizes` on a network
+  with no value torso of its own, are refused naming the field (not silently ignored)."""
+  from credit_jax.algos import train as train_lib
+  from credit_jax.config import ConfigError
+  from credit_jax.experiments.cocoa_corridor.methods import cell_config
+  c = study.default_config()
+  c.policy, c.value_sizes = "tabular", (256,)
+  with pytest.raises(ValueError, match="config.value_sizes"):
+    study.validate_config(c)
+  c.policy = "mlp"
+  cfg = cell_config("advantage", 7, c)
+  cfg.network.shared_torso = True
+  env, env_params = train_lib.make_env(cfg)
+  with pytest.raises(ConfigError, match="network.value_hidden_sizes"):
+    train_lib.make_network(cfg, env, env_params, value_head=True)

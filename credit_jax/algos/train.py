@@ -509,6 +509,11 @@ def make_network(config, env, env_params, value_head: bool):
   net = config.network
   obs_shape = env.observation_space(env_params).shape
   kind = str(net.get("kind", "mlp"))
+  value_sizes = tuple(net.get("value_hidden_sizes", ()))
+  if value_sizes and (kind != "mlp" or net.shared_torso):
+    raise ConfigError(f"network.value_hidden_sizes: a value torso of its own is an MLP "
+                      f"option (kind mlp, shared_torso False); got kind {kind!r}, "
+                      f"shared_torso {bool(net.shared_torso)}")
   if kind in nets.sequence.KINDS:
     return nets.sequence.make_sequence_network(
         kind, env.num_actions, obs_rank=len(obs_shape), **sequence_kwargs(net, kind)), \
@@ -525,7 +530,7 @@ def make_network(config, env, env_params, value_head: bool):
   network = nets.ActorCritic(
       num_actions=env.num_actions, hidden_sizes=tuple(net.hidden_sizes),
       activation=net.activation, shared_torso=net.shared_torso, value_head=value_head,
-      obs_rank=len(obs_shape), value_hidden_sizes=tuple(net.get("value_hidden_sizes", ())))
+      obs_rank=len(obs_shape), value_hidden_sizes=value_sizes)
   return network, obs_shape
 
 

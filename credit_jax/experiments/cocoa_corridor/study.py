@@ -112,6 +112,9 @@ def validate_config(config) -> None:
     raise ValueError(f"config.policy: must be mlp or tabular, got {config.policy!r}")
   if config.model not in ("gated", "tabular"):
     raise ValueError(f"config.model: must be gated or tabular, got {config.model!r}")
+  if tuple(config.value_sizes) and config.policy != "mlp":
+    raise ValueError(f"config.value_sizes: Advantage's own critic widths are an MLP-policy "
+                     f"option, got policy {config.policy!r}")
   unknown = [m for m in config.methods if m not in METHODS]
   if unknown:
     raise ValueError(f"config.methods: unknown {unknown}; known: {METHODS}")
