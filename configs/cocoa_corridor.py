@@ -54,8 +54,9 @@ def get_config(arg=None):
   elif arg == "tabular_probe":
     c.policy, c.model, c.table_groups = "tabular", "tabular", (0,)
     c.lengths, c.probe.lengths, c.probe.seeds = (), (23, 103, 300, 1000), 10
-    c.probe.lr = 0.01   # the table's logits move ~lr per AdamW step: J ~0.5 -> ~0.9 of its
-                        # best over the 300 updates (3e-4, the MLP's, barely moves a table)
+    c.probe.lr = 0.01   # the table's logits move ~lr per AdamW step (3e-4, the MLP's, would
+                        # barely move a table); measured: exact J from 2.0-2.3 to 7.5-8.6
+                        # over the 300 updates at L = 23-1000 (10 seeds)
   elif arg == "smoke":
     c.lengths, c.seeds, c.updates, c.eval_every, c.eval_episodes = (5,), 2, 4, 2, 8
     c.probe.lengths, c.probe.updates, c.probe.every, c.probe.draws = (5,), 2, 2, 4
